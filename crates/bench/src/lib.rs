@@ -1,0 +1,1 @@
+//! cellcache-bench (being built; see ARCHITECTURE.md).

@@ -1,0 +1,1 @@
+//! cellcache-cluster (being built; see ARCHITECTURE.md).

@@ -1,0 +1,1 @@
+//! cellcache-io (being built; see ARCHITECTURE.md).

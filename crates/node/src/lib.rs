@@ -1,0 +1,1 @@
+//! cellcache-node (being built; see ARCHITECTURE.md).

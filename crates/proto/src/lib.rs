@@ -1,0 +1,1 @@
+//! cellcache-proto (being built; see ARCHITECTURE.md).

@@ -1,0 +1,1 @@
+//! cellcache-store (being built; see ARCHITECTURE.md).
