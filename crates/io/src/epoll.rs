@@ -1,0 +1,518 @@
+//! The `epoll` engine: one non-blocking, edge-triggered event loop per worker thread
+//! (through mio, which is epoll on Linux), plus an acceptor thread that deals accepted
+//! sockets to workers round-robin — memcached's thread model.
+//!
+//! Why an acceptor thread rather than `SO_REUSEPORT` listeners per worker: the kernel's
+//! reuseport hash can put the few connections of a small client on one worker and leave
+//! the others idle; dealing round-robin keeps workers evenly loaded at any connection count.
+//!
+//! Each connection is owned by one worker for its whole life, so sessions need no locks.
+//! Edge-triggered readiness means a readable socket is read until `WouldBlock`; a
+//! connection that still has work after [`ROUNDS_PER_TURN`] rounds goes on the worker's
+//! ready queue, so one busy pipelining client cannot starve the others.
+
+use crate::{
+    EngineConfig, EngineStats, IoError, Progress, RunningEngine, Service, Session, Shutdown,
+};
+use crossbeam_channel::{Receiver, Sender};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Rounds of read → handle → write one connection gets before others are served.
+const ROUNDS_PER_TURN: usize = 8;
+/// Token of a worker's or the acceptor's waker; connections use slab keys below it.
+const WAKER: Token = Token(usize::MAX);
+/// Token of the listening socket in the acceptor's poll.
+const LISTENER: Token = Token(usize::MAX - 1);
+/// How often a worker wakes with nothing to do, to run the idle sweep and shutdown checks.
+const HOUSEKEEPING_TICK: Duration = Duration::from_millis(500);
+
+/// Binds `addr` and starts the acceptor and `config.worker_threads()` workers.
+pub fn start<S: Service>(
+    addr: SocketAddr,
+    config: &EngineConfig,
+    service: Arc<S>,
+    shutdown: Shutdown,
+) -> Result<RunningEngine, IoError> {
+    config.validate()?;
+    let listener = bind(addr, config.listen_backlog)?;
+    let local_addr = listener
+        .local_addr()
+        .map_err(|source| IoError::Listen { addr, source })?;
+    let stats = Arc::new(EngineStats::default());
+    let mut threads = Vec::new();
+    let mut inboxes = Vec::new();
+    for id in 0..config.worker_threads() {
+        let poll = Poll::new().map_err(IoError::Poll)?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER).map_err(IoError::Poll)?);
+        shutdown.register(waker.clone());
+        let (tx, rx) = crossbeam_channel::unbounded();
+        inboxes.push((tx, waker));
+        let worker = Worker {
+            id,
+            poll,
+            inbox: rx,
+            conns: slab::Slab::new(),
+            ready: VecDeque::new(),
+            config: config.clone(),
+            service: service.clone(),
+            stats: stats.clone(),
+            shutdown: shutdown.clone(),
+        };
+        let handle = std::thread::Builder::new()
+            .name(format!("cellcache-worker-{id}"))
+            .spawn(move || worker.run())
+            .map_err(IoError::Spawn)?;
+        threads.push(handle);
+    }
+    let acceptor = Acceptor::new(listener, inboxes, config.clone(), stats.clone(), &shutdown)?;
+    threads.push(
+        std::thread::Builder::new()
+            .name("cellcache-accept".into())
+            .spawn(move || acceptor.run())
+            .map_err(IoError::Spawn)?,
+    );
+    tracing::info!(%local_addr, workers = config.worker_threads(), engine = "epoll", "listening");
+    Ok(RunningEngine {
+        local_addr,
+        stats,
+        threads,
+    })
+}
+
+/// A non-blocking listener with `SO_REUSEADDR` and the configured backlog.
+pub(crate) fn bind(addr: SocketAddr, backlog: u32) -> Result<TcpListener, IoError> {
+    let err = |source| IoError::Listen { addr, source };
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )
+    .map_err(err)?;
+    socket.set_reuse_address(true).map_err(err)?;
+    socket.bind(&addr.into()).map_err(err)?;
+    socket
+        .listen(i32::try_from(backlog).unwrap_or(i32::MAX))
+        .map_err(err)?;
+    socket.set_nonblocking(true).map_err(err)?;
+    Ok(TcpListener::from_std(socket.into()))
+}
+
+/// Reply memcached sends to a client refused for the connection limit.
+pub(crate) const TOO_MANY_CONNECTIONS: &[u8] = b"ERROR Too many open connections\r\n";
+
+/// A worker's inbox for accepted sockets and the waker that makes it look.
+type WorkerInbox = (Sender<(TcpStream, SocketAddr)>, Arc<Waker>);
+
+struct Acceptor {
+    poll: Poll,
+    listener: TcpListener,
+    workers: Vec<WorkerInbox>,
+    next: usize,
+    config: EngineConfig,
+    stats: Arc<EngineStats>,
+    shutdown: Shutdown,
+}
+
+impl Acceptor {
+    fn new(
+        mut listener: TcpListener,
+        workers: Vec<WorkerInbox>,
+        config: EngineConfig,
+        stats: Arc<EngineStats>,
+        shutdown: &Shutdown,
+    ) -> Result<Self, IoError> {
+        let poll = Poll::new().map_err(IoError::Poll)?;
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)
+            .map_err(IoError::Poll)?;
+        shutdown.register(Arc::new(
+            Waker::new(poll.registry(), WAKER).map_err(IoError::Poll)?,
+        ));
+        Ok(Self {
+            poll,
+            listener,
+            workers,
+            next: 0,
+            config,
+            stats,
+            shutdown: shutdown.clone(),
+        })
+    }
+
+    fn run(mut self) {
+        let mut events = Events::with_capacity(16);
+        while !self.shutdown.is_triggered() {
+            if let Err(e) = self.poll.poll(&mut events, Some(HOUSEKEEPING_TICK)) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    tracing::error!(error = %e, "acceptor poll failed; no new connections");
+                    return;
+                }
+            }
+            self.accept_all();
+        }
+        tracing::debug!("acceptor stopped; listener closed");
+    }
+
+    fn accept_all(&mut self) {
+        loop {
+            match self.listener.accept() {
+                Ok((mut stream, peer)) => {
+                    if !self.stats.try_open(self.config.max_connections) {
+                        // Best effort, like memcached: the socket is fresh, so a short reply fits.
+                        let _ = stream.write(TOO_MANY_CONNECTIONS);
+                        tracing::warn!(%peer, max = self.config.max_connections, "connection refused: limit reached");
+                        continue;
+                    }
+                    if self.config.tcp_nodelay {
+                        let _ = stream.set_nodelay(true);
+                    }
+                    let (tx, waker) = &self.workers[self.next % self.workers.len()];
+                    self.next = self.next.wrapping_add(1);
+                    if tx.send((stream, peer)).is_err() {
+                        self.stats.closed();
+                        continue;
+                    }
+                    let _ = waker.wake();
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // EMFILE and friends: log and let the next readiness event retry.
+                    tracing::warn!(error = %e, "accept failed");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// One client connection as a worker sees it.
+struct Conn<S> {
+    stream: TcpStream,
+    session: S,
+    /// Received bytes live in `input[input_start..input_end]`; the rest of `input` is
+    /// initialised spare room, so reads never re-zero memory.
+    input: Vec<u8>,
+    input_start: usize,
+    input_end: usize,
+    /// Replies wait in `output[output_start..]`.
+    output: Vec<u8>,
+    output_start: usize,
+    /// Edge-triggered: the socket may hold unread bytes until a read says `WouldBlock`.
+    readable: bool,
+    /// Unconsumed input may hold a complete request the session has not seen yet.
+    unprocessed: bool,
+    eof: bool,
+    closing: bool,
+    last_active: Instant,
+}
+
+enum Next {
+    Idle,
+    MoreWork,
+    Close,
+}
+
+impl<S: Session> Conn<S> {
+    fn pending_output(&self) -> usize {
+        self.output.len() - self.output_start
+    }
+
+    fn flush(&mut self, stats: &EngineStats) -> io::Result<bool> {
+        let mut wrote = false;
+        while self.output_start < self.output.len() {
+            match self.stream.write(&self.output[self.output_start..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    self.output_start += n;
+                    stats
+                        .bytes_written
+                        .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+                    wrote = true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        if self.output_start == self.output.len() {
+            self.output.clear();
+            self.output_start = 0;
+        }
+        Ok(wrote)
+    }
+
+    /// Reads one chunk. Returns bytes read (0 on would-block or EOF).
+    fn read_chunk(&mut self, config: &EngineConfig, stats: &EngineStats) -> io::Result<usize> {
+        if self.input_start == self.input_end {
+            self.input_start = 0;
+            self.input_end = 0;
+        } else if self.input_start > 0
+            && self.input.len() - self.input_end < config.read_chunk_bytes
+        {
+            self.input.copy_within(self.input_start..self.input_end, 0);
+            self.input_end -= self.input_start;
+            self.input_start = 0;
+        }
+        if self.input.len() - self.input_end < config.read_chunk_bytes {
+            self.input
+                .resize(self.input_end + config.read_chunk_bytes, 0);
+        }
+        loop {
+            match self.stream.read(&mut self.input[self.input_end..]) {
+                Ok(0) => {
+                    self.eof = true;
+                    return Ok(0);
+                }
+                Ok(n) => {
+                    self.input_end += n;
+                    stats
+                        .bytes_read
+                        .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.readable = false;
+                    return Ok(0);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn handle(&mut self, config: &EngineConfig) {
+        let budget = config.output_buffer_high_bytes;
+        let Progress {
+            consumed,
+            output_full,
+            close,
+        } = self.session.on_input(
+            &self.input[self.input_start..self.input_end],
+            &mut self.output,
+            budget,
+        );
+        debug_assert!(consumed <= self.input_end - self.input_start);
+        self.input_start += consumed.min(self.input_end - self.input_start);
+        self.unprocessed = output_full;
+        if close {
+            self.closing = true;
+        }
+    }
+
+    /// Runs read → handle → write rounds until the connection has nothing left to do
+    /// right now, or its turn is over.
+    fn drive(&mut self, config: &EngineConfig, stats: &EngineStats, stopping: bool) -> Next {
+        for _ in 0..ROUNDS_PER_TURN {
+            let mut progressed = match self.flush(stats) {
+                Ok(wrote) => wrote,
+                Err(_) => return Next::Close,
+            };
+            let room = self.pending_output() < config.output_buffer_high_bytes;
+            if room && self.unprocessed && !self.closing && self.input_start < self.input_end {
+                let before = (self.input_start, self.output.len());
+                self.handle(config);
+                progressed |= before != (self.input_start, self.output.len());
+            }
+            if self.closing || (stopping && !self.unprocessed) || (self.eof && !self.unprocessed) {
+                return match self.flush(stats) {
+                    Ok(_) if self.pending_output() == 0 => Next::Close,
+                    Ok(_) => Next::Idle,
+                    Err(_) => Next::Close,
+                };
+            }
+            if room && self.readable && !self.eof && !stopping {
+                match self.read_chunk(config, stats) {
+                    Ok(n) if n > 0 => {
+                        self.unprocessed = true;
+                        self.last_active = Instant::now();
+                        progressed = true;
+                    }
+                    Ok(_) => progressed |= self.eof,
+                    Err(_) => return Next::Close,
+                }
+                if self.eof {
+                    self.unprocessed = self.input_start < self.input_end;
+                }
+                if self.input_end - self.input_start > config.input_buffer_max_bytes {
+                    stats
+                        .input_overflows
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tracing::warn!("client exceeded input_buffer_max_bytes; disconnecting");
+                    return Next::Close;
+                }
+            }
+            if !progressed {
+                return Next::Idle;
+            }
+        }
+        Next::MoreWork
+    }
+
+    fn shrink_if_idle(&mut self, keep: usize) {
+        if self.input_start == self.input_end && self.input.len() > keep {
+            self.input = Vec::new();
+            self.input_start = 0;
+            self.input_end = 0;
+        }
+        if self.output.is_empty() && self.output.capacity() > keep {
+            self.output = Vec::new();
+        }
+    }
+}
+
+struct Worker<S: Service> {
+    id: usize,
+    poll: Poll,
+    inbox: Receiver<(TcpStream, SocketAddr)>,
+    conns: slab::Slab<Conn<S::Session>>,
+    /// Connections whose turn ended with work left (fairness queue).
+    ready: VecDeque<usize>,
+    config: EngineConfig,
+    service: Arc<S>,
+    stats: Arc<EngineStats>,
+    shutdown: Shutdown,
+}
+
+impl<S: Service> Worker<S> {
+    fn run(mut self) {
+        let mut events = Events::with_capacity(self.config.events_per_poll);
+        let mut last_sweep = Instant::now();
+        let mut stop_deadline: Option<Instant> = None;
+        loop {
+            let timeout = if self.ready.is_empty() {
+                Some(HOUSEKEEPING_TICK)
+            } else {
+                Some(Duration::ZERO)
+            };
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    tracing::error!(worker = self.id, error = %e, "poll failed; worker exits");
+                    break;
+                }
+            }
+            let stopping = self.shutdown.is_triggered();
+            for event in events.iter() {
+                match event.token() {
+                    WAKER => self.adopt_new(),
+                    Token(key) => {
+                        if let Some(conn) = self.conns.get_mut(key) {
+                            conn.readable |= event.is_readable() || event.is_read_closed();
+                            self.turn(key, stopping);
+                        }
+                    }
+                }
+            }
+            for _ in 0..self.ready.len() {
+                if let Some(key) = self.ready.pop_front() {
+                    if self.conns.contains(key) {
+                        self.turn(key, stopping);
+                    }
+                }
+            }
+            if stopping {
+                let deadline = *stop_deadline.get_or_insert_with(|| {
+                    // Give every connection one turn to finish what it already received.
+                    let keys: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
+                    for key in keys {
+                        self.turn(key, true);
+                    }
+                    Instant::now() + self.config.shutdown_grace()
+                });
+                if self.conns.is_empty() || Instant::now() >= deadline {
+                    break;
+                }
+            }
+            if last_sweep.elapsed() >= HOUSEKEEPING_TICK {
+                self.housekeeping();
+                last_sweep = Instant::now();
+            }
+        }
+        let keys: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
+        for key in keys {
+            self.close(key);
+        }
+        tracing::debug!(worker = self.id, "worker stopped");
+    }
+
+    fn adopt_new(&mut self) {
+        while let Ok((mut stream, peer)) = self.inbox.try_recv() {
+            if self.shutdown.is_triggered() {
+                self.stats.closed();
+                continue;
+            }
+            let entry = self.conns.vacant_entry();
+            let key = entry.key();
+            if let Err(e) = self.poll.registry().register(
+                &mut stream,
+                Token(key),
+                Interest::READABLE | Interest::WRITABLE,
+            ) {
+                tracing::warn!(%peer, error = %e, "cannot register connection");
+                self.stats.closed();
+                continue;
+            }
+            entry.insert(Conn {
+                stream,
+                session: self.service.open(peer),
+                input: Vec::new(),
+                input_start: 0,
+                input_end: 0,
+                output: Vec::new(),
+                output_start: 0,
+                readable: true,
+                unprocessed: false,
+                eof: false,
+                closing: false,
+                last_active: Instant::now(),
+            });
+            self.turn(key, false);
+        }
+    }
+
+    fn turn(&mut self, key: usize, stopping: bool) {
+        let Some(conn) = self.conns.get_mut(key) else {
+            return;
+        };
+        match conn.drive(&self.config, &self.stats, stopping) {
+            Next::Idle => {}
+            Next::MoreWork => self.ready.push_back(key),
+            Next::Close => self.close(key),
+        }
+    }
+
+    fn close(&mut self, key: usize) {
+        if self.conns.contains(key) {
+            let mut conn = self.conns.remove(key);
+            let _ = self.poll.registry().deregister(&mut conn.stream);
+            conn.session.on_close();
+            self.stats.closed();
+        }
+    }
+
+    fn housekeeping(&mut self) {
+        let keep = self.config.idle_buffer_keep_bytes;
+        let idle_limit = self.config.idle_timeout();
+        let mut expired = Vec::new();
+        for (key, conn) in self.conns.iter_mut() {
+            conn.shrink_if_idle(keep);
+            if let Some(limit) = idle_limit {
+                if conn.last_active.elapsed() >= limit && conn.pending_output() == 0 {
+                    expired.push(key);
+                }
+            }
+        }
+        for key in expired {
+            self.stats
+                .idle_kicks
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.close(key);
+        }
+    }
+}

@@ -1,0 +1,79 @@
+//! Connection and traffic counters kept by the engines, read by `stats` and `/metrics`.
+//!
+//! Plain relaxed atomics: each counter is monotonic or a gauge, readers only need a
+//! recent value, and no decision is taken on them except the connection limit, whose
+//! check-and-increment is a single `fetch_add` (see [`EngineStats::try_open`]).
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+
+#[derive(Debug, Default)]
+pub struct EngineStats {
+    pub curr_connections: AtomicUsize,
+    pub total_connections: AtomicU64,
+    pub rejected_connections: AtomicU64,
+    pub bytes_read: AtomicU64,
+    pub bytes_written: AtomicU64,
+    pub idle_kicks: AtomicU64,
+    pub input_overflows: AtomicU64,
+}
+
+/// A point-in-time copy of [`EngineStats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EngineStatsSnapshot {
+    pub curr_connections: usize,
+    pub total_connections: u64,
+    pub rejected_connections: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub idle_kicks: u64,
+    pub input_overflows: u64,
+}
+
+impl EngineStats {
+    /// Counts a new connection if fewer than `max` are open; false means reject it.
+    pub fn try_open(&self, max: usize) -> bool {
+        let before = self.curr_connections.fetch_add(1, Relaxed);
+        if before >= max {
+            self.curr_connections.fetch_sub(1, Relaxed);
+            self.rejected_connections.fetch_add(1, Relaxed);
+            return false;
+        }
+        self.total_connections.fetch_add(1, Relaxed);
+        true
+    }
+
+    pub fn closed(&self) {
+        self.curr_connections.fetch_sub(1, Relaxed);
+    }
+
+    pub fn snapshot(&self) -> EngineStatsSnapshot {
+        EngineStatsSnapshot {
+            curr_connections: self.curr_connections.load(Relaxed),
+            total_connections: self.total_connections.load(Relaxed),
+            rejected_connections: self.rejected_connections.load(Relaxed),
+            bytes_read: self.bytes_read.load(Relaxed),
+            bytes_written: self.bytes_written.load(Relaxed),
+            idle_kicks: self.idle_kicks.load(Relaxed),
+            input_overflows: self.input_overflows.load(Relaxed),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connection_limit_is_exact() {
+        let s = EngineStats::default();
+        assert!(s.try_open(2));
+        assert!(s.try_open(2));
+        assert!(!s.try_open(2));
+        s.closed();
+        assert!(s.try_open(2));
+        let snap = s.snapshot();
+        assert_eq!(snap.curr_connections, 2);
+        assert_eq!(snap.total_connections, 3);
+        assert_eq!(snap.rejected_connections, 1);
+    }
+}
