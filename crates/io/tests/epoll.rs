@@ -130,12 +130,11 @@ fn stops_reading_from_a_client_that_does_not_read_replies() {
     s.set_write_timeout(Some(Duration::from_millis(200)))
         .unwrap();
     let mut w = s.try_clone().unwrap();
-    let line = [b'x'; 1023];
+    let mut msg = vec![b'x'; 1023];
+    msg.push(b'\n');
     let mut sent = 0usize;
     // Write until the kernel buffers on both sides are full and the server stops reading.
     for _ in 0..200_000 {
-        let mut msg = line.to_vec();
-        msg.push(b'\n');
         match w.write_all(&msg) {
             Ok(()) => sent += msg.len(),
             Err(_) => break,
