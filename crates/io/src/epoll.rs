@@ -12,7 +12,7 @@
 //! ready queue, so one busy pipelining client cannot starve the others.
 
 use crate::{
-    EngineConfig, EngineStats, IoError, Progress, RunningEngine, Service, Session, Shutdown,
+    EngineConfig, EngineStats, IoError, Notify, Progress, RunningEngine, Service, Session, Shutdown,
 };
 use crossbeam_channel::{Receiver, Sender};
 use mio::net::{TcpListener, TcpStream};
@@ -52,11 +52,15 @@ pub fn start<S: Service>(
         let waker = Arc::new(Waker::new(poll.registry(), WAKER).map_err(IoError::Poll)?);
         shutdown.register(waker.clone());
         let (tx, rx) = crossbeam_channel::unbounded();
-        inboxes.push((tx, waker));
+        let (notify_tx, notify_rx) = crossbeam_channel::unbounded();
+        inboxes.push((tx, waker.clone()));
         let worker = Worker {
             id,
             poll,
             inbox: rx,
+            waker,
+            notify_tx,
+            notify_rx,
             conns: slab::Slab::new(),
             ready: VecDeque::new(),
             config: config.clone(),
@@ -371,6 +375,10 @@ struct Worker<S: Service> {
     id: usize,
     poll: Poll,
     inbox: Receiver<(TcpStream, SocketAddr)>,
+    waker: Arc<Waker>,
+    /// Keys of connections whose [`Notify`] fired; drained on every wake.
+    notify_tx: Sender<usize>,
+    notify_rx: Receiver<usize>,
     conns: slab::Slab<Conn<S::Session>>,
     /// Connections whose turn ended with work left (fairness queue).
     ready: VecDeque<usize>,
@@ -400,7 +408,10 @@ impl<S: Service> Worker<S> {
             let stopping = self.shutdown.is_triggered();
             for event in events.iter() {
                 match event.token() {
-                    WAKER => self.adopt_new(),
+                    WAKER => {
+                        self.adopt_new();
+                        self.run_notified(stopping);
+                    }
                     Token(key) => {
                         if let Some(conn) = self.conns.get_mut(key) {
                             conn.readable |= event.is_readable() || event.is_read_closed();
@@ -447,8 +458,8 @@ impl<S: Service> Worker<S> {
                 self.stats.closed();
                 continue;
             }
-            let entry = self.conns.vacant_entry();
-            let key = entry.key();
+            let key = self.conns.vacant_key();
+            let notify = self.notify_for(key);
             if let Err(e) = self.poll.registry().register(
                 &mut stream,
                 Token(key),
@@ -458,9 +469,9 @@ impl<S: Service> Worker<S> {
                 self.stats.closed();
                 continue;
             }
-            entry.insert(Conn {
+            self.conns.insert(Conn {
                 stream,
-                session: self.service.open(peer),
+                session: self.service.open(peer, notify),
                 input: Vec::new(),
                 input_start: 0,
                 input_end: 0,
@@ -473,6 +484,32 @@ impl<S: Service> Worker<S> {
                 last_active: Instant::now(),
             });
             self.turn(key, false);
+        }
+    }
+
+    fn notify_for(&self, key: usize) -> Notify {
+        let tx = self.notify_tx.clone();
+        let waker = self.waker.clone();
+        Notify::new(move || {
+            if tx.send(key).is_ok() {
+                let _ = waker.wake();
+            }
+        })
+    }
+
+    /// Lets notified sessions emit what became ready, then gives them a turn.
+    /// A key may be stale (its connection closed, the slot reused): `on_notify` must
+    /// tolerate spurious calls, so that is harmless.
+    fn run_notified(&mut self, stopping: bool) {
+        while let Ok(key) = self.notify_rx.try_recv() {
+            let budget = self.config.output_buffer_high_bytes;
+            let Some(conn) = self.conns.get_mut(key) else {
+                continue;
+            };
+            let progress = conn.session.on_notify(&mut conn.output, budget);
+            conn.closing |= progress.close;
+            conn.unprocessed = conn.input_start < conn.input_end;
+            self.turn(key, stopping);
         }
     }
 

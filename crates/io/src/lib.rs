@@ -47,6 +47,15 @@ pub trait Session: Send + 'static {
     /// `output`. Should stop once `output.len() >= output_budget` (setting `output_full`).
     fn on_input(&mut self, input: &[u8], output: &mut Vec<u8>, output_budget: usize) -> Progress;
 
+    /// Called on the owning worker after the session's [`Notify`] fired on any thread:
+    /// append output that became ready meanwhile (e.g. replies forwarded from another
+    /// cell). The engine then offers unconsumed input to `on_input` again, so a session
+    /// may leave input unconsumed while it waits. A notify may be spurious.
+    fn on_notify(&mut self, output: &mut Vec<u8>, output_budget: usize) -> Progress {
+        let _ = (output, output_budget);
+        Progress::default()
+    }
+
     /// Called once when the connection closes, for whatever reason.
     fn on_close(&mut self) {}
 }
@@ -54,7 +63,35 @@ pub trait Session: Send + 'static {
 /// Creates a [`Session`] for each accepted connection. Shared by all workers.
 pub trait Service: Send + Sync + 'static {
     type Session: Session;
-    fn open(&self, peer: SocketAddr) -> Self::Session;
+    fn open(&self, peer: SocketAddr, notify: Notify) -> Self::Session;
+}
+
+/// Wakes one connection's session from any thread (see [`Session::on_notify`]).
+#[derive(Clone)]
+pub struct Notify {
+    inner: Arc<dyn Fn() + Send + Sync>,
+}
+
+impl Notify {
+    /// Wraps the engine-specific way of scheduling `on_notify` on the owning worker.
+    pub fn new(f: impl Fn() + Send + Sync + 'static) -> Self {
+        Self { inner: Arc::new(f) }
+    }
+
+    /// A notify that does nothing, for sessions driven outside an engine (tests).
+    pub fn noop() -> Self {
+        Self::new(|| {})
+    }
+
+    pub fn notify(&self) {
+        (self.inner)()
+    }
+}
+
+impl std::fmt::Debug for Notify {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Notify")
+    }
 }
 
 /// Errors an engine reports at start or while running.

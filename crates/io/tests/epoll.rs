@@ -3,7 +3,7 @@
 //! tests pin down what the engine promises any session (ordering, partial reads,
 //! pipelining, connection limit, backpressure, graceful shutdown).
 
-use cellcache_io::{EngineConfig, Progress, Service, Session, Shutdown, epoll};
+use cellcache_io::{EngineConfig, Notify, Progress, Service, Session, Shutdown, epoll};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
@@ -16,13 +16,17 @@ struct Upper {
 
 struct UpperSession {
     consumed_total: Arc<AtomicUsize>,
+    notify: Notify,
+    deferred: Arc<AtomicUsize>,
 }
 
 impl Service for Upper {
     type Session = UpperSession;
-    fn open(&self, _peer: SocketAddr) -> UpperSession {
+    fn open(&self, _peer: SocketAddr, notify: Notify) -> UpperSession {
         UpperSession {
             consumed_total: self.consumed_total.clone(),
+            notify,
+            deferred: Arc::new(AtomicUsize::new(0)),
         }
     }
 }
@@ -41,11 +45,27 @@ impl Session for UpperSession {
                 p.close = true;
                 break;
             }
+            if line == b"defer" {
+                // Answered later, from another thread, through the notify path.
+                let (notify, deferred) = (self.notify.clone(), self.deferred.clone());
+                std::thread::spawn(move || {
+                    deferred.fetch_add(1, Ordering::Release);
+                    notify.notify();
+                });
+                continue;
+            }
             output.extend(line.iter().map(u8::to_ascii_uppercase));
             output.push(b'\n');
         }
         self.consumed_total.fetch_add(p.consumed, Ordering::Relaxed);
         p
+    }
+
+    fn on_notify(&mut self, output: &mut Vec<u8>, _budget: usize) -> Progress {
+        for _ in 0..self.deferred.swap(0, Ordering::Acquire) {
+            output.extend_from_slice(b"DEFERRED\n");
+        }
+        Progress::default()
     }
 }
 
@@ -175,4 +195,20 @@ fn graceful_shutdown_answers_what_was_received_then_closes() {
         TcpStream::connect(addr).is_err(),
         "listener must be closed after shutdown"
     );
+}
+
+#[test]
+fn notify_from_another_thread_delivers_deferred_output() {
+    let (engine, shutdown, _) = start(EngineConfig {
+        threads: 2,
+        ..Default::default()
+    });
+    let mut s = connect(engine.local_addr);
+    s.write_all(b"defer\n").unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    assert_eq!(line, "DEFERRED\n");
+    shutdown.trigger();
+    engine.join();
 }
