@@ -1,0 +1,133 @@
+//! `cellcache serve`: flags (memcached's short forms beside long ones), logging, signals.
+
+use anyhow::Context;
+use cellcache_node::config::{IoEngineKind, LogFormat, NodeConfig};
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+/// Flags override the config file and the environment. Short forms are memcached's.
+#[derive(clap::Args, Debug, Default)]
+pub struct ServeArgs {
+    /// TOML configuration file (see cellcache.example.toml).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Address to listen on.
+    #[arg(short = 'l', long, value_name = "ADDR")]
+    pub listen: Option<IpAddr>,
+    /// TCP port for memcached clients (0 = any free port).
+    #[arg(short = 'p', long, value_name = "PORT")]
+    pub port: Option<u16>,
+    /// Worker threads (0 = one per core).
+    #[arg(short = 't', long, value_name = "THREADS")]
+    pub threads: Option<usize>,
+    /// Maximum simultaneous connections.
+    #[arg(short = 'c', long, value_name = "MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
+    /// I/O engine: auto, epoll.
+    #[arg(long, value_name = "ENGINE")]
+    pub io_engine: Option<IoEngineKind>,
+    /// Close connections idle this many seconds (0 = never).
+    #[arg(long, value_name = "SECS")]
+    pub idle_timeout: Option<u64>,
+    /// Log filter, e.g. info, debug, cellcache_node=trace.
+    #[arg(long, value_name = "FILTER")]
+    pub log_level: Option<String>,
+    /// Log format: text or json.
+    #[arg(long, value_name = "FORMAT", value_parser = parse_log_format)]
+    pub log_format: Option<LogFormat>,
+    /// More verbose logs (-v debug, -vv trace), like memcached's -v.
+    #[arg(short = 'v', action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+fn parse_log_format(s: &str) -> Result<LogFormat, String> {
+    match s {
+        "text" => Ok(LogFormat::Text),
+        "json" => Ok(LogFormat::Json),
+        other => Err(format!("unknown log format {other:?} (text or json)")),
+    }
+}
+
+impl ServeArgs {
+    /// Defaults < file < environment < these flags.
+    pub fn resolve(&self) -> anyhow::Result<NodeConfig> {
+        let mut c = NodeConfig::load(self.config.as_deref()).context("loading configuration")?;
+        if let Some(v) = self.listen {
+            c.server.listen = v;
+        }
+        if let Some(v) = self.port {
+            c.server.port = v;
+        }
+        if let Some(v) = self.io_engine {
+            c.server.io_engine = v;
+        }
+        if let Some(v) = self.threads {
+            c.io.threads = v;
+        }
+        if let Some(v) = self.max_connections {
+            c.io.max_connections = v;
+        }
+        if let Some(v) = self.idle_timeout {
+            c.io.idle_timeout_secs = v;
+        }
+        if let Some(v) = &self.log_level {
+            c.log.level = v.clone();
+        }
+        if let Some(v) = self.log_format {
+            c.log.format = v;
+        }
+        match self.verbose {
+            0 => {}
+            1 => c.log.level = "debug".into(),
+            _ => c.log.level = "trace".into(),
+        }
+        c.validate()?;
+        Ok(c)
+    }
+}
+
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let config = args.resolve()?;
+    init_logging(&config)?;
+    let shutdown = cellcache_io::Shutdown::new();
+    watch_signals(shutdown.clone())?;
+    let node = cellcache_node::Node::start(config, shutdown).context("starting the cell")?;
+    node.join();
+    tracing::info!("stopped");
+    Ok(())
+}
+
+fn init_logging(config: &NodeConfig) -> anyhow::Result<()> {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_new(&config.log.level)
+        .with_context(|| format!("bad log level {:?}", config.log.level))?;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match config.log.format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+    Ok(())
+}
+
+/// SIGTERM/SIGINT start a graceful shutdown; a second one exits at once.
+fn watch_signals(shutdown: cellcache_io::Shutdown) -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals =
+        signal_hook::iterator::Signals::new([SIGTERM, SIGINT]).context("installing signal handlers")?;
+    std::thread::Builder::new()
+        .name("cellcache-signals".into())
+        .spawn(move || {
+            for signal in signals.forever() {
+                if shutdown.is_triggered() {
+                    tracing::warn!(signal, "second signal: exiting now");
+                    std::process::exit(1);
+                }
+                tracing::info!(signal, "shutting down: finishing in-flight requests");
+                shutdown.trigger();
+            }
+        })
+        .context("starting signal thread")?;
+    Ok(())
+}

@@ -1,0 +1,242 @@
+//! Test harness: starts a real server process on a free loopback port and talks to it over
+//! TCP. `CELLCACHE_TEST_SERVER=memcached` runs the same suites against Debian's memcached,
+//! which is how the expected bytes in these tables were proven.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a server may take to answer its first `version`.
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+/// Read timeout for every reply; a hang fails the test instead of blocking CI.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub struct Server {
+    pub addr: SocketAddr,
+    child: Child,
+}
+
+/// Which implementation the suite talks to.
+pub fn target() -> String {
+    std::env::var("CELLCACHE_TEST_SERVER").unwrap_or_else(|_| "cellcache".into())
+}
+
+pub fn is_memcached() -> bool {
+    target() == "memcached"
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Server {
+    /// Starts the target with `extra` flags (memcached spelling: -m, -t, -c, -I ...).
+    pub fn start(extra: &[&str]) -> Server {
+        Self::start_with_env(extra, &[])
+    }
+
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
+        for _attempt in 0..5 {
+            let port = free_port();
+            let mut cmd = if is_memcached() {
+                let mut c = Command::new("memcached");
+                c.args(["-U", "0", "-l", "127.0.0.1", "-p", &port.to_string()]);
+                if nix_is_root() {
+                    c.args(["-u", "root"]);
+                }
+                c
+            } else {
+                let mut c = Command::new(env!("CARGO_BIN_EXE_cellcache"));
+                c.args(["serve", "-l", "127.0.0.1", "-p", &port.to_string()]);
+                c.env("CELLCACHE_LOG__LEVEL", "warn");
+                c
+            };
+            cmd.args(extra).stdin(Stdio::null()).stdout(Stdio::null());
+            for (k, v) in env {
+                cmd.env(k, v);
+            }
+            let child = cmd.spawn().expect("server binary starts");
+            let mut server = Server {
+                addr: SocketAddr::from(([127, 0, 0, 1], port)),
+                child,
+            };
+            if server.wait_ready() {
+                return server;
+            }
+        }
+        panic!("server did not become ready");
+    }
+
+    fn wait_ready(&mut self) -> bool {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return false; // exited: port taken or bad flags
+            }
+            if let Ok(mut c) = TcpStream::connect(self.addr) {
+                c.set_read_timeout(Some(REPLY_TIMEOUT)).unwrap();
+                if c.write_all(b"version\r\n").is_ok() {
+                    let mut buf = [0u8; 64];
+                    if let Ok(n) = c.read(&mut buf) {
+                        if buf[..n].starts_with(b"VERSION ") {
+                            return true;
+                        }
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    pub fn connect(&self) -> Client {
+        let stream = TcpStream::connect(self.addr).unwrap();
+        stream.set_read_timeout(Some(REPLY_TIMEOUT)).unwrap();
+        stream.set_nodelay(true).unwrap();
+        Client {
+            stream,
+            pending: Vec::new(),
+        }
+    }
+
+    /// Sends SIGTERM and waits for the process to exit; returns its exit status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "server ignored SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+fn nix_is_root() -> bool {
+    std::env::var("USER").map(|u| u == "root").unwrap_or(false)
+        || Command::new("id")
+            .arg("-u")
+            .output()
+            .map(|o| o.stdout.starts_with(b"0"))
+            .unwrap_or(false)
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub struct Client {
+    pub stream: TcpStream,
+    pending: Vec<u8>,
+}
+
+impl Client {
+    pub fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).unwrap();
+    }
+
+    /// Reads until exactly `expected.len()` bytes arrived and compares them.
+    pub fn expect(&mut self, expected: &[u8]) {
+        let got = self.read_exact_len(expected.len());
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(expected),
+            "reply mismatch"
+        );
+    }
+
+    pub fn read_exact_len(&mut self, n: usize) -> Vec<u8> {
+        while self.pending.len() < n {
+            let mut buf = [0u8; 65536];
+            let got = self.stream.read(&mut buf).expect("reply before timeout");
+            assert!(
+                got > 0,
+                "connection closed; have {:?}",
+                String::from_utf8_lossy(&self.pending)
+            );
+            self.pending.extend_from_slice(&buf[..got]);
+        }
+        let rest = self.pending.split_off(n);
+        std::mem::replace(&mut self.pending, rest)
+    }
+
+    /// Reads one `\r\n`-terminated line.
+    pub fn line(&mut self) -> String {
+        loop {
+            if let Some(i) = self.pending.windows(2).position(|w| w == b"\r\n") {
+                let line = self.read_exact_len(i + 2);
+                return String::from_utf8_lossy(&line[..i]).into_owned();
+            }
+            let mut buf = [0u8; 65536];
+            let got = self.stream.read(&mut buf).expect("reply before timeout");
+            assert!(got > 0, "connection closed mid-line");
+            self.pending.extend_from_slice(&buf[..got]);
+        }
+    }
+
+    /// Reads lines until `END`, returning them (without END).
+    pub fn lines_until_end(&mut self) -> Vec<String> {
+        let mut out = Vec::new();
+        loop {
+            let l = self.line();
+            if l == "END" {
+                return out;
+            }
+            out.push(l);
+        }
+    }
+
+    /// Sends `req` and checks the reply bytes.
+    pub fn roundtrip(&mut self, req: &[u8], expected: &[u8]) {
+        self.send(req);
+        self.expect(expected);
+    }
+
+    /// True once the server closed the connection (reads EOF), false on timeout.
+    pub fn is_closed(&mut self) -> bool {
+        let mut buf = [0u8; 64];
+        matches!(self.stream.read(&mut buf), Ok(0))
+    }
+
+    /// `stats` as (name, value) pairs.
+    pub fn stats(&mut self, arg: &str) -> Vec<(String, String)> {
+        let cmd = if arg.is_empty() {
+            "stats\r\n".to_string()
+        } else {
+            format!("stats {arg}\r\n")
+        };
+        self.send(cmd.as_bytes());
+        self.lines_until_end()
+            .into_iter()
+            .map(|l| {
+                let mut p = l.splitn(3, ' ');
+                assert_eq!(p.next(), Some("STAT"), "{l}");
+                (p.next().unwrap().to_string(), p.next().unwrap_or("").to_string())
+            })
+            .collect()
+    }
+
+    pub fn stat(&mut self, name: &str) -> String {
+        self.stats("")
+            .into_iter()
+            .find(|(k, _)| k == name)
+            .unwrap_or_else(|| panic!("no stat {name}"))
+            .1
+    }
+}

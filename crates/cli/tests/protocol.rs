@@ -1,0 +1,372 @@
+//! The memcached text protocol over a real socket, as `(request bytes, expected reply)`
+//! tables. Run with `CELLCACHE_TEST_SERVER=memcached` to check the tables against Debian's
+//! memcached; by default they run against the `cellcache` binary.
+
+mod common;
+
+use common::{Client, Server};
+
+fn server() -> Server {
+    Server::start(&["-m", "64", "-t", "2"])
+}
+
+/// Reads the CAS unique of `key` via `gets`.
+fn cas_of(c: &mut Client, key: &str) -> u64 {
+    c.send(format!("gets {key}\r\n").as_bytes());
+    let header = c.line();
+    let parts: Vec<&str> = header.split(' ').collect();
+    assert_eq!(parts[0], "VALUE", "{header}");
+    let len: usize = parts[3].parse().unwrap();
+    c.read_exact_len(len + 2);
+    assert_eq!(c.line(), "END");
+    parts[4].parse().unwrap()
+}
+
+#[test]
+fn storage_commands() {
+    let s = server();
+    let mut c = s.connect();
+    let steps: &[(&[u8], &[u8])] = &[
+        // set / get, flags preserved, empty value allowed
+        (b"set a 5 0 3\r\nabc\r\n", b"STORED\r\n"),
+        (b"get a\r\n", b"VALUE a 5 3\r\nabc\r\nEND\r\n"),
+        (b"set empty 0 0 0\r\n\r\n", b"STORED\r\n"),
+        (b"get empty\r\n", b"VALUE empty 0 0\r\n\r\nEND\r\n"),
+        (b"set f 4294967295 0 1\r\nx\r\n", b"STORED\r\n"),
+        (b"get f\r\n", b"VALUE f 4294967295 1\r\nx\r\nEND\r\n"),
+        // add only if absent, replace only if present
+        (b"add a 0 0 1\r\nz\r\n", b"NOT_STORED\r\n"),
+        (b"add b 0 0 2\r\nbb\r\n", b"STORED\r\n"),
+        (b"replace nope 0 0 1\r\nz\r\n", b"NOT_STORED\r\n"),
+        (b"replace b 7 0 3\r\nBBB\r\n", b"STORED\r\n"),
+        (b"get b\r\n", b"VALUE b 7 3\r\nBBB\r\nEND\r\n"),
+        // append / prepend keep flags, need an existing item
+        (b"append a 9 0 2\r\nde\r\n", b"STORED\r\n"),
+        (b"prepend a 9 0 2\r\n__\r\n", b"STORED\r\n"),
+        (b"get a\r\n", b"VALUE a 5 7\r\n__abcde\r\nEND\r\n"),
+        (b"append nope 0 0 1\r\nz\r\n", b"NOT_STORED\r\n"),
+        (b"prepend nope 0 0 1\r\nz\r\n", b"NOT_STORED\r\n"),
+        // multi-key get skips misses, keeps order
+        (b"get a nope b\r\n", b"VALUE a 5 7\r\n__abcde\r\nVALUE b 7 3\r\nBBB\r\nEND\r\n"),
+        // delete
+        (b"delete b\r\n", b"DELETED\r\n"),
+        (b"delete b\r\n", b"NOT_FOUND\r\n"),
+        (b"get b\r\n", b"END\r\n"),
+        // noreply is silent, the next command answers
+        (b"set q 0 0 1 noreply\r\nq\r\nget q\r\n", b"VALUE q 0 1\r\nq\r\nEND\r\n"),
+        (b"delete q noreply\r\nget q\r\n", b"END\r\n"),
+        (b"add q 0 0 1 noreply\r\n1\r\nappend q 0 0 1 noreply\r\n2\r\nget q\r\n", b"VALUE q 0 2\r\n12\r\nEND\r\n"),
+    ];
+    for (req, want) in steps {
+        c.roundtrip(req, want);
+    }
+}
+
+#[test]
+fn cas_command() {
+    let s = server();
+    let mut c = s.connect();
+    c.roundtrip(b"cas missing 0 0 1 1\r\nx\r\n", b"NOT_FOUND\r\n");
+    c.roundtrip(b"set k 0 0 2\r\nv1\r\n", b"STORED\r\n");
+    let cas = cas_of(&mut c, "k");
+    c.roundtrip(
+        format!("cas k 3 0 2 {}\r\nv2\r\n", cas + 1000).as_bytes(),
+        b"EXISTS\r\n",
+    );
+    c.roundtrip(format!("cas k 3 0 2 {cas}\r\nv2\r\n").as_bytes(), b"STORED\r\n");
+    c.roundtrip(b"get k\r\n", b"VALUE k 3 2\r\nv2\r\nEND\r\n");
+    let cas2 = cas_of(&mut c, "k");
+    assert_ne!(cas, cas2, "a write changes the CAS unique");
+    // The old CAS no longer matches.
+    c.roundtrip(format!("cas k 0 0 2 {cas}\r\nv3\r\n").as_bytes(), b"EXISTS\r\n");
+    c.roundtrip(format!("cas k 0 0 2 {cas2} noreply\r\nv3\r\nget k\r\n").as_bytes(), b"VALUE k 0 2\r\nv3\r\nEND\r\n");
+    // gets on several keys returns each CAS
+    c.send(b"gets k k\r\n");
+    let a = c.line();
+    c.line();
+    let b = c.line();
+    c.line();
+    assert_eq!(a, b);
+    assert_eq!(c.line(), "END");
+}
+
+#[test]
+fn incr_decr() {
+    let s = server();
+    let mut c = s.connect();
+    let steps: &[(&[u8], &[u8])] = &[
+        (b"incr n 1\r\n", b"NOT_FOUND\r\n"),
+        (b"set n 0 0 2\r\n10\r\n", b"STORED\r\n"),
+        (b"incr n 5\r\n", b"15\r\n"),
+        (b"decr n 20\r\n", b"0\r\n"),
+        (b"incr n 18446744073709551615\r\n", b"18446744073709551615\r\n"),
+        (b"incr n 2\r\n", b"1\r\n"),
+        (b"decr n 1\r\n", b"0\r\n"),
+        (b"set big 0 0 3\r\n100\r\n", b"STORED\r\n"),
+        (b"decr big 1\r\n", b"99\r\n"),
+        // memcached keeps the old length when a decr shortens the number (space-padded)
+        (b"get big\r\n", b"VALUE big 0 3\r\n99 \r\nEND\r\n"),
+        (b"set t 0 0 3\r\nabc\r\n", b"STORED\r\n"),
+        (b"incr t 1\r\n", b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"),
+        (b"incr n abc\r\n", b"CLIENT_ERROR invalid numeric delta argument\r\n"),
+        // after the wrap the value is still 20 bytes long: "1" padded with spaces
+        (b"incr n 1 noreply\r\nget n\r\n", b"VALUE n 0 20\r\n1                   \r\nEND\r\n"),
+    ];
+    for (req, want) in steps {
+        c.roundtrip(req, want);
+    }
+}
+
+#[test]
+fn touch_gat_and_expiry() {
+    let s = server();
+    let mut c = s.connect();
+    let steps: &[(&[u8], &[u8])] = &[
+        (b"touch nope 10\r\n", b"NOT_FOUND\r\n"),
+        (b"set t 1 0 1\r\nv\r\n", b"STORED\r\n"),
+        (b"touch t 100\r\n", b"TOUCHED\r\n"),
+        (b"gat 200 t nope\r\n", b"VALUE t 1 1\r\nv\r\nEND\r\n"),
+        // negative expiry: stored but immediately expired
+        (b"set gone 0 -1 1\r\nv\r\n", b"STORED\r\n"),
+        (b"get gone\r\n", b"END\r\n"),
+        // absolute time in the past (larger than 30 days, so absolute): expired
+        (b"set past 0 2592001 1\r\nv\r\n", b"STORED\r\n"),
+        (b"get past\r\n", b"END\r\n"),
+        // touch to a negative time expires it
+        (b"touch t -1\r\n", b"TOUCHED\r\n"),
+        (b"get t\r\n", b"END\r\n"),
+    ];
+    for (req, want) in steps {
+        c.roundtrip(req, want);
+    }
+    c.roundtrip(b"set g 0 0 1\r\nv\r\n", b"STORED\r\n");
+    c.send(b"gats 100 g\r\n");
+    let header = c.line();
+    assert!(header.starts_with("VALUE g 0 1 "), "{header}");
+    c.expect(b"v\r\nEND\r\n");
+}
+
+#[test]
+fn relative_expiry_elapses() {
+    let s = server();
+    let mut c = s.connect();
+    c.roundtrip(b"set soon 0 1 1\r\nv\r\n", b"STORED\r\n");
+    c.roundtrip(b"set later 0 100 1\r\nv\r\n", b"STORED\r\n");
+    // Expiry has one-second resolution: poll (bounded) until the short one is gone.
+    let mut gone = false;
+    for _ in 0..60 {
+        c.send(b"get soon\r\n");
+        if c.line() == "END" {
+            gone = true;
+            break;
+        }
+        c.lines_until_end();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(gone, "item with 1 s TTL still served after 6 s");
+    c.roundtrip(b"get later\r\n", b"VALUE later 0 1\r\nv\r\nEND\r\n");
+}
+
+#[test]
+fn flush_all_now_and_delayed() {
+    let s = server();
+    let mut c = s.connect();
+    c.roundtrip(b"set a 0 0 1\r\n1\r\n", b"STORED\r\n");
+    c.roundtrip(b"flush_all\r\n", b"OK\r\n");
+    c.roundtrip(b"get a\r\n", b"END\r\n");
+    c.roundtrip(b"set a 0 0 1\r\n1\r\n", b"STORED\r\n");
+    c.roundtrip(b"get a\r\n", b"VALUE a 0 1\r\n1\r\nEND\r\n");
+    c.roundtrip(b"flush_all 2\r\n", b"OK\r\n");
+    c.roundtrip(b"get a\r\n", b"VALUE a 0 1\r\n1\r\nEND\r\n");
+    let mut flushed = false;
+    for _ in 0..80 {
+        c.send(b"get a\r\n");
+        if c.line() == "END" {
+            flushed = true;
+            break;
+        }
+        c.lines_until_end();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(flushed, "delayed flush_all never took effect");
+    c.roundtrip(b"flush_all noreply\r\nversion\r\n", b"VERSION ");
+    c.line();
+}
+
+#[test]
+fn errors_keep_the_connection_usable() {
+    let s = server();
+    let mut c = s.connect();
+    let steps: &[(&[u8], &[u8])] = &[
+        (b"bogus\r\n", b"ERROR\r\n"),
+        (b"\r\n", b"ERROR\r\n"),
+        (b"get\r\n", b"ERROR\r\n"),
+        (b"set x 0 0\r\n", b"ERROR\r\n"),
+        (b"set x 0 0 notanumber\r\n", b"CLIENT_ERROR bad command line format\r\n"),
+        // data block longer than announced
+        (b"set x 0 0 1\r\nabc\r\n", b"CLIENT_ERROR bad data chunk\r\nERROR\r\n"),
+        (b"set ok 0 0 1\r\nv\r\n", b"STORED\r\n"),
+    ];
+    for (req, want) in steps {
+        c.roundtrip(req, want);
+    }
+    let long_key = "k".repeat(251);
+    c.roundtrip(
+        format!("get {long_key}\r\n").as_bytes(),
+        b"CLIENT_ERROR bad command line format\r\n",
+    );
+    c.roundtrip(b"get ok\r\n", b"VALUE ok 0 1\r\nv\r\nEND\r\n");
+}
+
+#[test]
+fn values_over_item_size_max_are_refused_and_swallowed() {
+    let s = Server::start(&["-m", "64", "-I", "1m"]);
+    let mut c = s.connect();
+    let n = 1024 * 1024 + 1;
+    let mut req = format!("set big 0 0 {n}\r\n").into_bytes();
+    req.extend(std::iter::repeat_n(b'x', n));
+    req.extend_from_slice(b"\r\nget big\r\n");
+    c.send(&req);
+    c.expect(b"SERVER_ERROR object too large for cache\r\nEND\r\n");
+    // A large value that fits is stored and returned intact.
+    let n = 512 * 1024;
+    let value: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
+    let mut req = format!("set ok 0 0 {n}\r\n").into_bytes();
+    req.extend_from_slice(&value);
+    req.extend_from_slice(b"\r\n");
+    c.roundtrip(&req, b"STORED\r\n");
+    c.send(b"get ok\r\n");
+    assert_eq!(c.line(), format!("VALUE ok 0 {n}"));
+    assert_eq!(c.read_exact_len(n), value);
+    c.expect(b"\r\nEND\r\n");
+}
+
+#[test]
+fn pipelined_requests_answered_in_order_even_when_split_byte_by_byte() {
+    let s = server();
+    let mut c = s.connect();
+    let mut req = Vec::new();
+    let mut want = Vec::new();
+    for i in 0..200 {
+        req.extend_from_slice(format!("set k{i} {i} 0 {}\r\nv{i}\r\n", format!("v{i}").len()).as_bytes());
+        want.extend_from_slice(b"STORED\r\n");
+    }
+    for i in 0..200 {
+        req.extend_from_slice(format!("get k{i}\r\n").as_bytes());
+        want.extend_from_slice(format!("VALUE k{i} {i} {}\r\nv{i}\r\nEND\r\n", format!("v{i}").len()).as_bytes());
+    }
+    c.send(&req);
+    c.expect(&want);
+    // The same stream again, one byte per write.
+    let mut c = s.connect();
+    let small = b"set s 0 0 5\r\nhello\r\nget s\r\nincr nope 1\r\n";
+    for b in small {
+        c.send(&[*b]);
+    }
+    c.expect(b"STORED\r\nVALUE s 0 5\r\nhello\r\nEND\r\nNOT_FOUND\r\n");
+}
+
+#[test]
+fn version_verbosity_quit() {
+    let s = server();
+    let mut c = s.connect();
+    c.send(b"version\r\n");
+    assert!(c.line().starts_with("VERSION "));
+    c.roundtrip(b"verbosity 1\r\n", b"OK\r\n");
+    c.roundtrip(b"verbosity 1 noreply\r\nversion\r\n", b"VERSION ");
+    c.line();
+    c.send(b"quit\r\n");
+    assert!(c.is_closed());
+}
+
+#[test]
+fn stats_report_memcached_fields() {
+    let s = server();
+    let mut c = s.connect();
+    c.roundtrip(b"set a 0 0 1\r\n1\r\nget a\r\nget b\r\n", b"STORED\r\nVALUE a 0 1\r\n1\r\nEND\r\nEND\r\n");
+    let stats = c.stats("");
+    let get = |k: &str| {
+        stats
+            .iter()
+            .find(|(n, _)| n == k)
+            .unwrap_or_else(|| panic!("stats lacks {k}"))
+            .1
+            .clone()
+    };
+    for field in [
+        "pid", "uptime", "time", "version", "curr_connections", "total_connections",
+        "cmd_get", "cmd_set", "get_hits", "get_misses", "curr_items", "total_items",
+        "bytes", "limit_maxbytes", "evictions", "threads", "bytes_read", "bytes_written",
+    ] {
+        get(field);
+    }
+    assert_eq!(get("get_hits"), "1");
+    assert_eq!(get("get_misses"), "1");
+    assert_eq!(get("cmd_set"), "1");
+    assert_eq!(get("curr_items"), "1");
+    assert_eq!(get("limit_maxbytes"), (64 * 1024 * 1024).to_string());
+    assert_eq!(get("threads"), "2");
+    let settings = c.stats("settings");
+    assert!(settings.iter().any(|(k, v)| k == "maxbytes" && v == &(64 * 1024 * 1024).to_string()));
+    assert!(settings.iter().any(|(k, _)| k == "item_size_max"));
+    let items = c.stats("items");
+    assert!(!items.is_empty(), "stats items lists the slab(s) holding items");
+    c.stats("slabs");
+    c.roundtrip(b"stats nonsense\r\n", b"ERROR\r\n");
+}
+
+#[test]
+fn meta_commands() {
+    let s = server();
+    let mut c = s.connect();
+    let steps: &[(&[u8], &[u8])] = &[
+        (b"mn\r\n", b"MN\r\n"),
+        (b"ms mk 2 T0 F5\r\nhi\r\n", b"HD\r\n"),
+        (b"mg mk v f\r\n", b"VA 2 f5\r\nhi\r\n"),
+        (b"mg mk s k\r\n", b"HD s2 kmk\r\n"),
+        (b"mg missing v\r\n", b"EN\r\n"),
+        (b"mg missing v q\r\nmn\r\n", b"MN\r\n"),
+        (b"mg mk v O123\r\n", b"VA 2 O123\r\nhi\r\n"),
+        (b"ms mk 3 MA\r\n!!!\r\n", b"HD\r\n"),
+        (b"mg mk v\r\n", b"VA 5\r\nhi!!!\r\n"),
+        (b"ms new 1 MR\r\nx\r\n", b"NS\r\n"),
+        (b"ms mk 1 ME\r\nx\r\n", b"NS\r\n"),
+        (b"md mk\r\n", b"HD\r\n"),
+        (b"md mk\r\n", b"NF\r\n"),
+        // quiet mode hides HD but still reports NF
+        (b"md mk q\r\nmn\r\n", b"NF\r\nMN\r\n"),
+        (b"ms qq 1 q\r\nx\r\nmd qq q\r\nmn\r\n", b"MN\r\n"),
+        (b"ma cnt\r\n", b"NF\r\n"),
+        (b"ma cnt N0 J10 v\r\n", b"VA 2\r\n10\r\n"),
+        (b"ma cnt v\r\n", b"VA 2\r\n11\r\n"),
+        (b"ma cnt MD D5 v\r\n", b"VA 1\r\n6\r\n"),
+        (b"ma cnt\r\n", b"HD\r\n"),
+        (b"me cnt\r\n", b"ME cnt "),
+    ];
+    for (req, want) in steps {
+        c.roundtrip(req, want);
+    }
+    c.line(); // rest of the `me` debug line
+    // CAS through meta: mg c returns it, ms C compares it.
+    c.roundtrip(b"ms ck 1\r\na\r\n", b"HD\r\n");
+    c.send(b"mg ck c\r\n");
+    let line = c.line();
+    let cas: u64 = line.strip_prefix("HD c").expect(&line).parse().unwrap();
+    c.roundtrip(format!("ms ck 1 C{}\r\nb\r\n", cas + 1).as_bytes(), b"EX\r\n");
+    c.roundtrip(format!("ms ck 1 C{cas}\r\nb\r\n").as_bytes(), b"HD\r\n");
+    c.roundtrip(b"mg ck v\r\n", b"VA 1\r\nb\r\n");
+    // Invalidation: md I marks stale; mg then reports X and W once.
+    c.roundtrip(b"md ck I T30\r\n", b"HD\r\n");
+    c.roundtrip(b"mg ck v\r\n", b"VA 1 X W\r\nb\r\n");
+    c.roundtrip(b"mg ck v\r\n", b"VA 1 Z X\r\nb\r\n");
+    // Base64 keys.
+    c.roundtrip(b"ms Zm9v 1 b\r\nz\r\n", b"HD\r\n");
+    c.roundtrip(b"mg foo v\r\n", b"VA 1\r\nz\r\n");
+    // Errors.
+    c.roundtrip(b"mg Zm9v b v\r\n", b"VA 1\r\nz\r\n");
+    // Errors; quiet mode still reports NF for ma, EN for me of a missing key.
+    c.roundtrip(b"mg\r\n", b"ERROR\r\n");
+    c.roundtrip(b"ms k notanumber\r\n", b"CLIENT_ERROR bad command line format\r\n");
+    c.roundtrip(b"me nope\r\n", b"EN\r\n");
+    c.roundtrip(b"ma nope q\r\nmn\r\n", b"NF\r\nMN\r\n");
+}

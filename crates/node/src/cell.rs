@@ -1,0 +1,56 @@
+//! The state every connection of a cell shares: the store, the protocol limits, the
+//! counters and the clock. Read-only after start except for atomics.
+
+use crate::config::NodeConfig;
+use crate::counters::Counters;
+use cellcache_io::{EngineStats, Shutdown};
+use cellcache_proto::Limits;
+use cellcache_store::Store;
+use std::sync::{Arc, OnceLock};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// Version reported by `version` and `stats`: the memcached protocol level first, so
+/// clients that parse `major.minor.patch` to enable features see a 1.6-compatible server.
+pub const VERSION: &str = concat!("1.6.21-cellcache-", env!("CARGO_PKG_VERSION"));
+
+pub struct Cell {
+    pub store: Store,
+    pub limits: Limits,
+    pub config: NodeConfig,
+    pub counters: Counters,
+    pub shutdown: Shutdown,
+    /// Set once the engine runs (its counters feed `stats`).
+    pub engine_stats: OnceLock<Arc<EngineStats>>,
+    pub started: Instant,
+    pub started_unix: u64,
+}
+
+impl Cell {
+    pub fn new(config: NodeConfig, store: Store, limits: Limits, shutdown: Shutdown) -> Self {
+        Cell {
+            store,
+            limits,
+            config,
+            counters: Counters::default(),
+            shutdown,
+            engine_stats: OnceLock::new(),
+            started: Instant::now(),
+            started_unix: unix_now_secs(),
+        }
+    }
+
+    /// Unix seconds as the store wants them (never 0: 0 means "never expires" there).
+    pub fn now(&self) -> u32 {
+        u32::try_from(unix_now_secs()).unwrap_or(u32::MAX).max(1)
+    }
+
+    pub fn uptime_secs(&self) -> u64 {
+        self.started.elapsed().as_secs()
+    }
+}
+
+fn unix_now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}

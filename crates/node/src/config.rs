@@ -1,0 +1,184 @@
+//! The cell's configuration: one TOML document whose every field has a documented default.
+//!
+//! Sources, lowest precedence first: embedded defaults (`NodeConfig::default()`), the TOML
+//! file given with `--config`, environment variables `CELLCACHE_<SECTION>__<FIELD>` (e.g.
+//! `CELLCACHE_SERVER__PORT=11311`, `CELLCACHE_STORE__MEMORY_LIMIT_BYTES=...`), then command
+//! line flags (applied by the binary). Unknown keys are errors, so a typo never silently
+//! leaves a default in force. `cellcache.example.toml` at the repository root is the
+//! annotated reference; a test keeps it equal to the defaults.
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+
+pub use cellcache_io::{EngineConfig, IoEngineKind};
+
+/// Everything a cell can be told.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct NodeConfig {
+    pub server: ServerConfig,
+    pub io: EngineConfig,
+    pub log: LogConfig,
+}
+
+/// Where the cell listens for memcached clients and which engine moves the bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address to listen on (memcached `-l`).
+    pub listen: IpAddr,
+    /// TCP port for the memcached protocol (memcached `-p`); 0 picks a free port.
+    pub port: u16,
+    /// I/O engine: `auto` picks the best the kernel allows.
+    pub io_engine: IoEngineKind,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: IpAddr::from([127, 0, 0, 1]),
+            port: 11211,
+            io_engine: IoEngineKind::Auto,
+        }
+    }
+}
+
+impl ServerConfig {
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::new(self.listen, self.port)
+    }
+}
+
+/// Log output.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// `tracing` filter directive, e.g. `info` or `cellcache_node=debug,info`.
+    pub level: String,
+    /// `text` for people, `json` for log pipelines.
+    pub format: LogFormat,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            level: "info".into(),
+            format: LogFormat::Text,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// Why a configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("configuration: {0}")]
+    Load(#[from] Box<figment::Error>),
+    #[error("configuration: {0}")]
+    Invalid(String),
+}
+
+/// Prefix of environment variables that override configuration fields.
+pub const ENV_PREFIX: &str = "CELLCACHE_";
+
+impl NodeConfig {
+    /// Defaults, then `file` (if any), then `CELLCACHE_*` environment variables.
+    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        Self::load_from(file, Env::prefixed(ENV_PREFIX).split("__"))
+    }
+
+    /// Like [`NodeConfig::load`] with an explicit environment provider (tests use it to
+    /// avoid racing on the process environment).
+    pub fn load_from(file: Option<&Path>, env: Env) -> Result<Self, ConfigError> {
+        let mut figment = Figment::from(Serialized::defaults(NodeConfig::default()));
+        if let Some(path) = file {
+            if !path.exists() {
+                return Err(ConfigError::Invalid(format!(
+                    "config file {} does not exist",
+                    path.display()
+                )));
+            }
+            figment = figment.merge(Toml::file(path));
+        }
+        let config: NodeConfig = figment.merge(env).extract().map_err(Box::new)?;
+        Ok(config)
+    }
+
+    /// Parses a TOML document on top of the defaults (no environment).
+    pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
+        Figment::from(Serialized::defaults(NodeConfig::default()))
+            .merge(Toml::string(text))
+            .extract()
+            .map_err(|e| ConfigError::Load(Box::new(e)))
+    }
+
+    /// Checks the relations between limits; a cell refuses to start on failure.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.io
+            .validate()
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_config_in_repository_equals_defaults() {
+        let text = include_str!("../../../cellcache.example.toml");
+        let parsed = NodeConfig::from_toml_str(text).expect("example parses");
+        assert_eq!(parsed, NodeConfig::default());
+        // Every field must be spelled out in the example, not merely defaulted: compare
+        // the example's keys with the serialized defaults' keys.
+        let example: toml::Table = text.parse().unwrap();
+        let defaults: toml::Table = toml::to_string(&NodeConfig::default())
+            .unwrap()
+            .parse()
+            .unwrap();
+        for (section, fields) in &defaults {
+            let Some(fields) = fields.as_table() else { continue };
+            for key in fields.keys() {
+                assert!(
+                    example
+                        .get(section)
+                        .and_then(|s| s.get(key))
+                        .is_some(),
+                    "cellcache.example.toml lacks [{section}] {key}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        let err = NodeConfig::from_toml_str("[server]\nprot = 1\n").unwrap_err();
+        assert!(err.to_string().contains("prot"), "{err}");
+    }
+
+    #[test]
+    fn environment_overrides_file() {
+        let dir = std::env::temp_dir().join(format!("cellcache-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("c.toml");
+        std::fs::write(&file, "[server]\nport = 1000\n[io]\nthreads = 3\n").unwrap();
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("CELLCACHE_SERVER__PORT", "2000");
+            let c = NodeConfig::load(Some(&file)).map_err(|e| e.to_string())?;
+            assert_eq!(c.server.port, 2000);
+            assert_eq!(c.io.threads, 3);
+            Ok(())
+        });
+    }
+}

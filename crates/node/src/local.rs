@@ -1,0 +1,271 @@
+//! Executes a parsed request against this cell's store and composes the reply.
+//!
+//! Values are copied exactly once: from the store, inside its read callback (the shard
+//! lock is held, so the slab cannot be reused under us), straight into the connection's
+//! output buffer after the `VALUE` header. Cache outcomes map to memcached's reply words;
+//! operating failures to `SERVER_ERROR`; nothing here can fail on client input, because
+//! the parser has already bounded and validated it.
+
+use crate::cell::{Cell, VERSION};
+use crate::counters::LocalCounters;
+use cellcache_proto::{ArithmeticOp, Request, Retrieve, Store as StoreCmd, StoreMode};
+use cellcache_store::{
+    ArithOutcome, ArithRequest, DeleteOptions, DeleteOutcome, Expiry, ReadOptions, StoreError,
+    WriteMode, WriteOutcome, WriteRequest,
+};
+
+/// What the connection does after a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    /// Close once the output is written (`quit`, `shutdown`).
+    Close,
+}
+
+/// Executes one request. `now` is the batch's clock reading (unix seconds).
+pub fn execute(
+    cell: &Cell,
+    request: &Request<'_>,
+    now: u32,
+    out: &mut Vec<u8>,
+    counters: &mut LocalCounters,
+) -> Flow {
+    match request {
+        Request::Retrieve(r) => retrieve(cell, r, now, out, counters),
+        Request::Store(s) => store(cell, s, now, out, counters),
+        Request::Delete { key, noreply } => {
+            let reply: &[u8] = match cell.store.delete(key, now, DeleteOptions::default()) {
+                DeleteOutcome::Deleted => {
+                    counters.delete_hits += 1;
+                    b"DELETED\r\n"
+                }
+                DeleteOutcome::NotFound | DeleteOutcome::Exists => {
+                    counters.delete_misses += 1;
+                    b"NOT_FOUND\r\n"
+                }
+            };
+            reply_unless(*noreply, out, reply);
+        }
+        Request::Arithmetic {
+            op,
+            key,
+            delta,
+            noreply,
+        } => arithmetic(cell, *op, key, *delta, *noreply, now, out, counters),
+        Request::Touch {
+            key,
+            exptime,
+            noreply,
+        } => {
+            counters.cmd_touch += 1;
+            let hit = cell
+                .store
+                .touch(key, Expiry::from_protocol(*exptime, now), now);
+            if hit {
+                counters.touch_hits += 1;
+            } else {
+                counters.touch_misses += 1;
+            }
+            reply_unless(
+                *noreply,
+                out,
+                if hit { b"TOUCHED\r\n" } else { b"NOT_FOUND\r\n" },
+            );
+        }
+        Request::FlushAll { delay, noreply } => {
+            counters.cmd_flush += 1;
+            cell.store.flush_all(now, flush_delay_secs(*delay, now));
+            reply_unless(*noreply, out, b"OK\r\n");
+        }
+        Request::Version => {
+            out.extend_from_slice(b"VERSION ");
+            out.extend_from_slice(VERSION.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        Request::Verbosity { noreply, .. } => reply_unless(*noreply, out, b"OK\r\n"),
+        Request::Stats(group) => crate::stats::reply(cell, group, now, out),
+        Request::Quit => return Flow::Close,
+        Request::Shutdown { .. } => {
+            if !cell.config.server.shutdown_command {
+                out.extend_from_slice(b"ERROR: shutdown not enabled\r\n");
+                return Flow::Continue;
+            }
+            tracing::info!("shutdown command received: stopping the cell");
+            cell.shutdown.trigger();
+            return Flow::Close;
+        }
+        Request::CacheMemlimit { megabytes, noreply } => {
+            let reply: &[u8] = match cell
+                .store
+                .set_memory_limit((*megabytes as usize).saturating_mul(1 << 20))
+            {
+                Ok(()) => b"OK\r\n",
+                Err(_) => b"CLIENT_ERROR cannot grow a preallocated arena past memory_limit_bytes\r\n",
+            };
+            reply_unless(*noreply, out, reply);
+        }
+        Request::MetaGet { .. }
+        | Request::MetaSet { .. }
+        | Request::MetaDelete { .. }
+        | Request::MetaArithmetic { .. }
+        | Request::MetaNoop
+        | Request::MetaDebug { .. } => crate::meta::execute(cell, request, now, out, counters),
+    }
+    Flow::Continue
+}
+
+fn reply_unless(noreply: bool, out: &mut Vec<u8>, line: &[u8]) {
+    if !noreply {
+        out.extend_from_slice(line);
+    }
+}
+
+/// memcached's `flush_all` argument: seconds from now, or an absolute unix time when
+/// larger than 30 days; negative or 0 means now.
+fn flush_delay_secs(delay: Option<i64>, now: u32) -> u32 {
+    match delay {
+        None => 0,
+        Some(d) if d <= 0 => 0,
+        Some(d) => {
+            let at = Expiry::from_protocol(d, now).as_unix_secs();
+            at.saturating_sub(now)
+        }
+    }
+}
+
+fn retrieve(
+    cell: &Cell,
+    r: &Retrieve<'_>,
+    now: u32,
+    out: &mut Vec<u8>,
+    counters: &mut LocalCounters,
+) {
+    let opts = ReadOptions {
+        touch: r.touch_exptime.map(|t| Expiry::from_protocol(t, now)),
+        ..ReadOptions::default()
+    };
+    for key in r.keys.iter() {
+        counters.cmd_get += 1;
+        if opts.touch.is_some() {
+            counters.cmd_touch += 1;
+        }
+        let hit = cell
+            .store
+            .read(key, now, opts, |item| {
+                let cas = r.return_cas.then_some(item.cas);
+                cellcache_proto::write_value_header(out, key, item.flags, item.value.len(), cas);
+                out.extend_from_slice(item.value);
+                cellcache_proto::write_value_end(out);
+            })
+            .is_some();
+        if hit {
+            counters.get_hits += 1;
+            if opts.touch.is_some() {
+                counters.touch_hits += 1;
+            }
+        } else {
+            counters.get_misses += 1;
+            if opts.touch.is_some() {
+                counters.touch_misses += 1;
+            }
+        }
+    }
+    out.extend_from_slice(b"END\r\n");
+}
+
+fn store(cell: &Cell, s: &StoreCmd<'_>, now: u32, out: &mut Vec<u8>, counters: &mut LocalCounters) {
+    counters.cmd_set += 1;
+    let (mode, compare_cas) = match s.mode {
+        StoreMode::Set => (WriteMode::Set, None),
+        StoreMode::Add => (WriteMode::Add, None),
+        StoreMode::Replace => (WriteMode::Replace, None),
+        StoreMode::Append => (WriteMode::Append, None),
+        StoreMode::Prepend => (WriteMode::Prepend, None),
+        StoreMode::Cas { unique } => (WriteMode::Set, Some(unique)),
+    };
+    let req = WriteRequest {
+        mode,
+        key: s.key,
+        value: s.value,
+        flags: s.flags,
+        expiry: Expiry::from_protocol(s.exptime, now),
+        compare_cas,
+        new_cas: None,
+        invalidate: false,
+    };
+    let reply: &[u8] = match cell.store.write(&req, now) {
+        Ok(WriteOutcome::Stored { .. }) => {
+            if compare_cas.is_some() {
+                counters.cas_hits += 1;
+            }
+            b"STORED\r\n"
+        }
+        Ok(WriteOutcome::NotStored) => b"NOT_STORED\r\n",
+        Ok(WriteOutcome::Exists) => {
+            counters.cas_badval += 1;
+            b"EXISTS\r\n"
+        }
+        Ok(WriteOutcome::NotFound) => {
+            counters.cas_misses += 1;
+            b"NOT_FOUND\r\n"
+        }
+        Err(e) => store_error_line(e, counters),
+    };
+    reply_unless(s.noreply, out, reply);
+}
+
+/// The `SERVER_ERROR` line memcached sends for a store failure.
+pub(crate) fn store_error_line(e: StoreError, counters: &mut LocalCounters) -> &'static [u8] {
+    match e {
+        StoreError::TooLarge { .. } => {
+            counters.store_too_large += 1;
+            b"SERVER_ERROR object too large for cache\r\n"
+        }
+        StoreError::OutOfMemory => {
+            counters.store_no_memory += 1;
+            b"SERVER_ERROR out of memory storing object\r\n"
+        }
+        StoreError::KeyLength(_) => b"CLIENT_ERROR bad command line format\r\n",
+        StoreError::NonNumeric => {
+            b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn arithmetic(
+    cell: &Cell,
+    op: ArithmeticOp,
+    key: &[u8],
+    delta: u64,
+    noreply: bool,
+    now: u32,
+    out: &mut Vec<u8>,
+    counters: &mut LocalCounters,
+) {
+    let req = match op {
+        ArithmeticOp::Incr => ArithRequest::incr(delta),
+        ArithmeticOp::Decr => ArithRequest::decr(delta),
+    };
+    let (hits, misses) = match op {
+        ArithmeticOp::Incr => (&mut counters.incr_hits, &mut counters.incr_misses),
+        ArithmeticOp::Decr => (&mut counters.decr_hits, &mut counters.decr_misses),
+    };
+    match cell.store.arith(key, now, &req) {
+        Ok(ArithOutcome::Value { value, .. }) => {
+            *hits += 1;
+            if !noreply {
+                out.extend_from_slice(value.to_string().as_bytes());
+                out.extend_from_slice(b"\r\n");
+            }
+        }
+        Ok(ArithOutcome::NotFound | ArithOutcome::Exists) => {
+            *misses += 1;
+            reply_unless(noreply, out, b"NOT_FOUND\r\n");
+        }
+        Err(e) => {
+            let line = store_error_line(e, counters);
+            reply_unless(noreply, out, line);
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! `stats` replies. Field names are memcached's wherever the meaning matches, so existing
+//! dashboards and client libraries read them unchanged; cellcache's own fields follow.
+//! cellcache has no slab classes (items of every size share slabs), so `stats items` and
+//! `stats slabs` report the whole arena as class 1 (docs/protocol.md).
+
+use crate::cell::{Cell, VERSION};
+use cellcache_proto::StatsGroup;
+use std::fmt::Display;
+
+fn stat(out: &mut Vec<u8>, name: &str, value: impl Display) {
+    out.extend_from_slice(format!("STAT {name} {value}\r\n").as_bytes());
+}
+
+pub fn reply(cell: &Cell, group: &StatsGroup<'_>, now: u32, out: &mut Vec<u8>) {
+    match group {
+        StatsGroup::General => general(cell, now, out),
+        StatsGroup::Settings => settings(cell, out),
+        StatsGroup::Items => items(cell, out),
+        StatsGroup::Slabs => slabs(cell, out),
+        StatsGroup::Sizes => stat(out, "sizes_status", "disabled"),
+        StatsGroup::Conns => {}
+        StatsGroup::Reset => {
+            cell.counters.reset();
+            out.extend_from_slice(b"RESET\r\n");
+            return;
+        }
+        StatsGroup::Other(_) => {
+            out.extend_from_slice(b"ERROR\r\n");
+            return;
+        }
+    }
+    out.extend_from_slice(b"END\r\n");
+}
+
+fn general(cell: &Cell, now: u32, out: &mut Vec<u8>) {
+    let c = cell.counters.snapshot();
+    let s = cell.store.stats();
+    let e = cell
+        .engine_stats
+        .get()
+        .map(|e| e.snapshot())
+        .unwrap_or_default();
+    stat(out, "pid", std::process::id());
+    stat(out, "uptime", cell.uptime_secs());
+    stat(out, "time", now);
+    stat(out, "version", VERSION);
+    stat(out, "pointer_size", usize::BITS);
+    stat(out, "max_connections", cell.config.io.max_connections);
+    stat(out, "curr_connections", e.curr_connections);
+    stat(out, "total_connections", e.total_connections);
+    stat(out, "rejected_connections", e.rejected_connections);
+    stat(out, "cmd_get", c.cmd_get);
+    stat(out, "cmd_set", c.cmd_set);
+    stat(out, "cmd_flush", c.cmd_flush);
+    stat(out, "cmd_touch", c.cmd_touch);
+    stat(out, "cmd_meta", c.cmd_meta);
+    stat(out, "get_hits", c.get_hits);
+    stat(out, "get_misses", c.get_misses);
+    stat(out, "get_expired", c.get_expired);
+    stat(out, "get_flushed", c.get_flushed);
+    stat(out, "delete_misses", c.delete_misses);
+    stat(out, "delete_hits", c.delete_hits);
+    stat(out, "incr_misses", c.incr_misses);
+    stat(out, "incr_hits", c.incr_hits);
+    stat(out, "decr_misses", c.decr_misses);
+    stat(out, "decr_hits", c.decr_hits);
+    stat(out, "cas_misses", c.cas_misses);
+    stat(out, "cas_hits", c.cas_hits);
+    stat(out, "cas_badval", c.cas_badval);
+    stat(out, "touch_hits", c.touch_hits);
+    stat(out, "touch_misses", c.touch_misses);
+    stat(out, "store_too_large", c.store_too_large);
+    stat(out, "store_no_memory", c.store_no_memory);
+    stat(out, "bytes_read", e.bytes_read);
+    stat(out, "bytes_written", e.bytes_written);
+    stat(out, "limit_maxbytes", s.memory_limit_bytes);
+    stat(out, "threads", cell.config.io.worker_threads());
+    stat(out, "bytes", s.bytes);
+    stat(out, "curr_items", s.curr_items);
+    stat(out, "total_items", s.total_items);
+    stat(out, "expired_unfetched", s.expired_unfetched);
+    stat(out, "evicted_unfetched", s.evicted_unfetched);
+    stat(out, "evictions", s.evicted_items);
+    stat(out, "reclaimed", s.reclaimed);
+    // cellcache's own
+    stat(out, "protocol_errors", c.protocol_errors);
+    stat(out, "idle_kicks", e.idle_kicks);
+    stat(out, "slabs_evicted", s.evicted_slabs);
+    stat(out, "dead_bytes", s.dead_bytes);
+    stat(out, "compactions", s.compactions);
+    stat(out, "compacted_bytes", s.compacted_bytes);
+    stat(out, "arena_bytes", s.arena_bytes);
+    stat(out, "index_bytes", s.index_bytes);
+    stat(out, "index_slots", s.index_slots);
+    stat(out, "index_full_evictions", s.index_full_evictions);
+    stat(out, "slabs_free", s.slabs_free);
+    stat(out, "slabs_partial", s.slabs_partial);
+    stat(out, "slabs_full", s.slabs_full);
+    stat(out, "store_shards", s.shards);
+}
+
+fn settings(cell: &Cell, out: &mut Vec<u8>) {
+    let c = &cell.config;
+    let st = cell.store.config();
+    stat(out, "maxbytes", st.memory_limit_bytes);
+    stat(out, "maxconns", c.io.max_connections);
+    stat(out, "tcpport", c.server.port);
+    stat(out, "udpport", 0);
+    stat(out, "inter", c.server.listen);
+    stat(out, "num_threads", c.io.worker_threads());
+    stat(out, "evictions", "on");
+    stat(out, "cas_enabled", "yes");
+    stat(out, "item_size_max", st.item_size_max_bytes);
+    stat(out, "slab_page_size", st.slab_size_bytes);
+    stat(out, "idle_timeout", c.io.idle_timeout_secs);
+    stat(out, "shutdown_command", if c.server.shutdown_command { "yes" } else { "no" });
+    stat(out, "io_engine", format!("{:?}", c.server.io_engine).to_lowercase());
+    stat(out, "store_layout", format!("{:?}", st.layout));
+    stat(out, "eviction_policy", format!("{:?}", st.eviction));
+    stat(out, "key_bytes_max", cell.limits.key_bytes_max);
+    stat(out, "line_bytes_max", cell.limits.line_bytes_max);
+    stat(out, "keys_per_get_max", cell.limits.keys_per_get_max);
+}
+
+fn items(cell: &Cell, out: &mut Vec<u8>) {
+    let s = cell.store.stats();
+    if s.curr_items == 0 {
+        return;
+    }
+    stat(out, "items:1:number", s.curr_items);
+    stat(out, "items:1:evicted", s.evicted_items);
+    stat(out, "items:1:evicted_unfetched", s.evicted_unfetched);
+    stat(out, "items:1:expired_unfetched", s.expired_unfetched);
+    stat(out, "items:1:reclaimed", s.reclaimed);
+    stat(out, "items:1:outofmemory", cell.counters.snapshot().store_no_memory);
+}
+
+fn slabs(cell: &Cell, out: &mut Vec<u8>) {
+    let s = cell.store.stats();
+    let st = cell.store.config();
+    let total = s.slabs_free + s.slabs_partial + s.slabs_full;
+    stat(out, "1:slab_size", st.slab_size_bytes);
+    stat(out, "1:total_pages", total);
+    stat(out, "1:free_pages", s.slabs_free);
+    stat(out, "1:partial_pages", s.slabs_partial);
+    stat(out, "1:full_pages", s.slabs_full);
+    stat(out, "1:live_bytes", s.bytes);
+    stat(out, "1:dead_bytes", s.dead_bytes);
+    stat(out, "active_slabs", 1);
+    stat(out, "total_malloced", s.arena_bytes + s.index_bytes);
+}
