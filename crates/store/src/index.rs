@@ -42,6 +42,9 @@ pub(crate) struct Index {
     used: usize,
     kicks_max: usize,
     rng: u64,
+    /// Slots displaced by the current insert, kept to undo a failed one (capacity `kicks_max`,
+    /// allocated once).
+    path: Vec<usize>,
 }
 
 fn fastrange(x: u64, n: usize) -> usize {
@@ -56,12 +59,18 @@ impl Index {
             used: 0,
             kicks_max,
             rng: 0x2545_F491_4F6C_DD1D,
+            path: Vec::with_capacity(kicks_max),
         }
     }
 
     /// Bytes of memory the slots take.
     pub fn bytes(&self) -> usize {
         self.slots.len() * SLOT_BYTES
+    }
+
+    /// Bytes of the undo path buffer.
+    pub fn path_bytes(&self) -> usize {
+        self.kicks_max * std::mem::size_of::<usize>()
     }
 
     pub fn capacity(&self) -> usize {
@@ -162,7 +171,8 @@ impl Index {
                 return Ok(());
             }
         }
-        let mut path: Vec<usize> = Vec::new();
+        let mut path = std::mem::take(&mut self.path);
+        path.clear();
         let mut carried = entry;
         let mut bucket = if self.next_random() & 1 == 0 {
             p.b1
@@ -177,6 +187,7 @@ impl Index {
             if let Some(free) = self.free_slot(bucket) {
                 self.slots[free] = carried;
                 self.used += 1;
+                self.path = path;
                 return Ok(());
             }
         }
@@ -185,6 +196,7 @@ impl Index {
             std::mem::swap(&mut self.slots[s], &mut carried);
         }
         debug_assert_eq!(carried, entry);
+        self.path = path;
         Err(IndexFull)
     }
 }

@@ -157,6 +157,7 @@ impl Shard {
         let n = self.slabs.len();
         n * (std::mem::size_of::<SlabMeta>() + 2 * 4 + 1 + std::mem::size_of::<SlabId>())
             + item::encoded_len_max(KEY_LEN_MAX, self.item_size_max)
+            + self.index.path_bytes()
             + std::mem::size_of::<Shard>()
     }
 
@@ -266,18 +267,16 @@ impl Shard {
         self.compaction_queue.clear();
     }
 
-    /// Calls `f(loc, header)` for every item written in slab `s`, in address order.
-    fn items_of(&self, s: SlabId) -> Vec<(u64, Header)> {
+    /// The item at byte `off` of slab `s`, if `off` is below the slab's write offset. Slab walks
+    /// step with this instead of collecting items, so that clearing or compacting a slab
+    /// allocates nothing (the memory bound of SPEC M1 is checked with a counting allocator).
+    fn item_in_slab(&self, s: SlabId, off: u64) -> Option<(u64, Header)> {
         let m = &self.slabs.meta[s as usize];
-        let mut out = Vec::new();
-        let mut off = 0u64;
-        while off < u64::from(m.write_offset) {
-            let loc = m.start + off;
-            let h = self.header(loc);
-            off += h.total_len as u64;
-            out.push((loc, h));
+        if off >= u64::from(m.write_offset) {
+            return None;
         }
-        out
+        let loc = m.start + off;
+        Some((loc, self.header(loc)))
     }
 
     /// Index slot pointing at the item at `loc`, if it is live.
@@ -289,7 +288,9 @@ impl Shard {
 
     /// Clears slab `s`: its live items leave the index, the slab becomes free.
     fn evict_slab(&mut self, s: SlabId, now: u32) {
-        for (loc, h) in self.items_of(s) {
+        let mut off = 0;
+        while let Some((loc, h)) = self.item_in_slab(s, off) {
+            off += h.total_len as u64;
             if let Some(slot) = self.live_slot(loc, &h) {
                 let why = if Expiry::at(h.expiry).is_expired(now) {
                     Unlink::Expired
@@ -297,6 +298,10 @@ impl Shard {
                     Unlink::Evicted
                 };
                 self.unlink(slot, loc, &h, why);
+                if self.slabs.meta[s as usize].list == ListId::Free {
+                    // Its last live item left: the slab was released (write offset reset).
+                    break;
+                }
             }
         }
         if self.slabs.meta[s as usize].list != ListId::Free {
@@ -319,7 +324,11 @@ impl Shard {
             let start = m.start;
             let old_offset = m.write_offset;
             let mut dst = 0u64;
-            for (loc, h) in self.items_of(s) {
+            let mut off = 0u64;
+            // Items only move down (dst <= loc), so the item at `off` is never overwritten
+            // before it is read; the write offset keeps its old value until the walk ends.
+            while let Some((loc, h)) = self.item_in_slab(s, off) {
+                off += h.total_len as u64;
                 let Some(slot) = self.live_slot(loc, &h) else {
                     continue;
                 };
@@ -539,6 +548,8 @@ impl Shard {
                 // The old value must be copied out first: making room may evict or compact it.
                 let mut buf = std::mem::take(&mut self.scratch);
                 buf.clear();
+                // Exact, not amortized growth: the scratch buffer's bound is one largest item.
+                buf.reserve_exact(total);
                 let old = &self.arena[loc as usize + h.value_offset()..loc as usize + h.total_len];
                 if req.mode == WriteMode::Append {
                     buf.extend_from_slice(old);
@@ -638,6 +649,7 @@ impl Shard {
             // No expiry field to overwrite: write a new version with the same CAS and state.
             let mut buf = std::mem::take(&mut self.scratch);
             buf.clear();
+            buf.reserve_exact(h.key_len + h.value_len);
             buf.extend_from_slice(
                 &self.arena[loc as usize + h.key_offset..loc as usize + h.total_len],
             );
