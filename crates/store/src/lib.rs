@@ -1,1 +1,56 @@
-//! cellcache-store (being built; see ARCHITECTURE.md).
+//! cellcache-store: the in-memory store of one cell — a preallocated slab arena with byte-packed
+//! items, a cuckoo index that can enumerate key-hash ranges, slab-level eviction, expiry, and a
+//! change feed. No I/O and no clock: `now` (unix seconds, ≥ 1) is passed to every operation.
+//!
+//! Guarantees: memory stays within `memory_limit_bytes` (arena + index) plus
+//! [`Store::overhead_bytes_max`]; a read never returns a stale or foreign value; an evicted or
+//! expired key is simply absent; every mutation is reported in order to the [`ChangeSink`].
+//! See docs/store.md for the layout and the reasons behind it.
+
+#![forbid(unsafe_code)]
+
+mod config;
+mod eviction;
+mod expiry;
+mod feed;
+mod index;
+mod item;
+mod ops;
+mod range;
+mod shard;
+mod slab;
+mod stats;
+mod store;
+
+pub use config::{
+    ConfigError, EvictionPolicyKind, ITEM_HEADER_RESERVE_BYTES, KEY_LEN_MAX, Layout, StoreConfig,
+};
+pub use eviction::{EvictionPolicy, LeastLiveOfLru, SlabLru, SlabView};
+pub use expiry::{Expiry, RELATIVE_EXPTIME_MAX_SECS};
+pub use feed::{Change, ChangeKind, ChangeSink};
+pub use ops::{
+    ArithOutcome, ArithRequest, DeleteOptions, DeleteOutcome, ItemView, OwnedItem, ReadOptions,
+    StoreError, WriteMode, WriteOutcome, WriteRequest,
+};
+pub use range::HashRange;
+pub use slab::SlabId;
+pub use stats::Stats;
+pub use store::Store;
+
+/// The key hash of the whole cluster: xxh3-64 of the key bytes. Ring placement and range
+/// hand-off use exactly this function.
+pub fn key_hash(key: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn store_is_send_sync() {
+        assert_send_sync::<Store>();
+    }
+}

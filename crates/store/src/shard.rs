@@ -1,0 +1,902 @@
+//! One shard: arena, index, slab lists and eviction policy behind one lock.
+//!
+//! Everything here runs with the shard's mutex held (taken by [`crate::Store`]), so plain `&mut`
+//! access is the whole concurrency story inside a shard.
+//!
+//! Liveness: an arena item is live exactly when an index slot points at it. Each slab counts its
+//! live bytes; everything else between its start and its write offset is dead (deleted,
+//! overwritten, expired). A slab whose live bytes reach zero goes straight back to the free list.
+//! A full slab whose dead fraction reaches `compaction_dead_permille` is queued, and when a write
+//! needs space and no slab is free, a queued slab is compacted in place (live items slide down,
+//! index slots are repointed) before any slab is evicted — so dead space is reclaimed without
+//! losing live items. Only then is the policy's victim slab cleared.
+//!
+//! Writers never write in place over an existing item (except the expiry field and state bits):
+//! a new version is appended and the index slot repointed, which keeps every step of a write
+//! simple to reason about while old bytes become dead.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::config::{EvictionPolicyKind, KEY_LEN_MAX, StoreConfig};
+use crate::eviction::{EvictionPolicy, LeastLiveOfLru, SlabLru, SlabView};
+use crate::expiry::Expiry;
+use crate::feed::{Change, ChangeKind, ChangeSink};
+use crate::index::{Index, SLOT_BYTES, SLOTS_PER_BUCKET};
+use crate::item::{self, CTRL_FETCHED, CTRL_STALE, CTRL_WIN, Header, ItemFields};
+use crate::ops::*;
+use crate::range::HashRange;
+use crate::slab::{ListId, SlabId, SlabMeta, Slabs};
+use crate::stats::{ShardCounters, Stats};
+
+/// How one shard's memory budget is divided between index and arena.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ShardSizing {
+    pub arena_bytes: usize,
+    pub slab_count: usize,
+    pub index_buckets: usize,
+}
+
+impl ShardSizing {
+    /// The index gets slots for `budget / (item + slot/load)` items at the target load; the
+    /// arena gets the rest, its last slab possibly shorter, so no byte of the budget is idle.
+    pub fn compute(c: &StoreConfig, budget: usize) -> ShardSizing {
+        let load = f64::from(c.index_load_target_permille) / 1000.0;
+        let per_item = c.index_item_bytes_expected as f64 + SLOT_BYTES as f64 / load;
+        let items = budget as f64 / per_item;
+        let slots = (items / load).ceil() as usize;
+        let bucket_bytes = SLOTS_PER_BUCKET * SLOT_BYTES;
+        let index_buckets = slots.div_ceil(SLOTS_PER_BUCKET).max(1);
+        let arena_bytes = budget.saturating_sub(index_buckets * bucket_bytes);
+        let slab_count = if arena_bytes >= 2 * c.slab_size_bytes {
+            arena_bytes.div_ceil(c.slab_size_bytes)
+        } else {
+            0
+        };
+        ShardSizing {
+            arena_bytes,
+            slab_count,
+            index_buckets,
+        }
+    }
+}
+
+/// Store-wide state a shard needs while applying an operation.
+pub(crate) struct Ctx<'a> {
+    pub cas: &'a AtomicU64,
+    pub seq: &'a AtomicU64,
+    pub sink: Option<&'a dyn ChangeSink>,
+}
+
+impl Ctx<'_> {
+    fn next_cas(&self) -> u64 {
+        self.cas.fetch_add(1, Ordering::Relaxed) + 1
+    }
+    fn cas_for(&self, explicit: Option<u64>) -> u64 {
+        match explicit {
+            Some(c) => {
+                // Keep locally generated CAS values above any adopted one (a promoted backup
+                // must not hand out a CAS it already holds).
+                self.cas.fetch_max(c, Ordering::Relaxed);
+                c
+            }
+            None => self.next_cas(),
+        }
+    }
+    fn emit(&self, kind: ChangeKind<'_>) {
+        if let Some(sink) = self.sink {
+            let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
+            sink.record(&Change { seq, kind });
+        }
+    }
+}
+
+struct LiveView<'a>(&'a [SlabMeta]);
+impl SlabView for LiveView<'_> {
+    fn live_bytes(&self, slab: SlabId) -> u32 {
+        self.0[slab as usize].live_bytes
+    }
+}
+
+/// Why an indexed item leaves.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Unlink {
+    Deleted,
+    Expired,
+    Evicted,
+}
+
+pub(crate) struct Shard {
+    arena: Vec<u8>,
+    slab_size: u64,
+    slabs: Slabs,
+    index: Index,
+    policy: Box<dyn EvictionPolicy>,
+    item_size_max: usize,
+    compaction_dead_permille: u32,
+    index_full_evictions_max: usize,
+    compaction_queue: VecDeque<SlabId>,
+    flush_at: Option<u32>,
+    scratch: Vec<u8>,
+    counters: ShardCounters,
+}
+
+fn slab_of(loc: u64, slab_size: u64) -> SlabId {
+    (loc / slab_size) as SlabId
+}
+
+impl Shard {
+    pub fn new(c: &StoreConfig, budget: usize) -> Shard {
+        let sizing = ShardSizing::compute(c, budget);
+        let slabs = Slabs::new(sizing.arena_bytes as u64, c.slab_size_bytes as u64);
+        let policy: Box<dyn EvictionPolicy> = match c.eviction {
+            EvictionPolicyKind::SlabLru => Box::new(SlabLru::new(slabs.len())),
+            EvictionPolicyKind::LeastLiveOfLru { candidates } => {
+                Box::new(LeastLiveOfLru::new(slabs.len(), candidates))
+            }
+        };
+        Shard {
+            arena: vec![0u8; sizing.arena_bytes],
+            slab_size: c.slab_size_bytes as u64,
+            slabs,
+            index: Index::new(sizing.index_buckets, c.index_kicks_max),
+            policy,
+            item_size_max: c.item_size_max_bytes,
+            compaction_dead_permille: c.compaction_dead_permille,
+            index_full_evictions_max: c.index_full_evictions_max,
+            compaction_queue: VecDeque::new(),
+            flush_at: None,
+            scratch: Vec::new(),
+            counters: ShardCounters::default(),
+        }
+    }
+
+    /// Heap bytes this shard holds beyond its arena and index (slab metadata, LRU arrays,
+    /// compaction queue and scratch buffer at their bounds).
+    pub fn metadata_bytes_max(&self) -> usize {
+        let n = self.slabs.len();
+        n * (std::mem::size_of::<SlabMeta>() + 2 * 4 + 1 + std::mem::size_of::<SlabId>())
+            + item::encoded_len_max(KEY_LEN_MAX, self.item_size_max)
+            + self.index.path_bytes()
+            + std::mem::size_of::<Shard>()
+    }
+
+    fn header(&self, loc: u64) -> Header {
+        let base = self.slabs.meta[slab_of(loc, self.slab_size) as usize].cas_base;
+        item::decode(&self.arena[loc as usize..], base)
+    }
+
+    fn key_at(&self, loc: u64) -> &[u8] {
+        let h = item::decode(&self.arena[loc as usize..], 0);
+        &self.arena[loc as usize + h.key_offset..loc as usize + h.key_offset + h.key_len]
+    }
+
+    fn find_slot(&self, hash: u64, key: &[u8]) -> Option<usize> {
+        let p = self.index.probe(hash);
+        self.index.find(p, |_, loc| self.key_at(loc) == key)
+    }
+
+    /// Applies a due delayed flush.
+    fn maybe_flush(&mut self, now: u32, ctx: &Ctx<'_>) {
+        if let Some(at) = self.flush_at {
+            if now >= at {
+                self.flush_at = None;
+                self.clear_all();
+                ctx.emit(ChangeKind::Flush);
+            }
+        }
+    }
+
+    /// The live, unexpired item for `key`: (slot, loc, header). Reclaims it if expired.
+    fn lookup(
+        &mut self,
+        hash: u64,
+        key: &[u8],
+        now: u32,
+        ctx: &Ctx<'_>,
+    ) -> Option<(usize, u64, Header)> {
+        self.maybe_flush(now, ctx);
+        let slot = self.find_slot(hash, key)?;
+        let loc = self.index.loc_at(slot)?;
+        let h = self.header(loc);
+        if Expiry::at(h.expiry).is_expired(now) {
+            self.unlink(slot, loc, &h, Unlink::Expired);
+            return None;
+        }
+        Some((slot, loc, h))
+    }
+
+    fn unlink(&mut self, slot: usize, loc: u64, h: &Header, why: Unlink) {
+        self.index.remove(slot);
+        let unfetched = h.ctrl & CTRL_FETCHED == 0;
+        match why {
+            Unlink::Deleted => {}
+            Unlink::Expired => {
+                self.counters.reclaimed += 1;
+                self.counters.expired_unfetched += u64::from(unfetched);
+            }
+            Unlink::Evicted => {
+                self.counters.evicted_items += 1;
+                self.counters.evicted_unfetched += u64::from(unfetched);
+            }
+        }
+        self.kill(loc, h.total_len);
+    }
+
+    /// Marks `len` bytes at `loc` dead and reclaims or queues its slab.
+    fn kill(&mut self, loc: u64, len: usize) {
+        let s = slab_of(loc, self.slab_size);
+        let m = &mut self.slabs.meta[s as usize];
+        m.live_bytes -= len as u32;
+        if m.live_bytes == 0 {
+            self.release(s);
+        } else {
+            self.maybe_queue_compaction(s);
+        }
+    }
+
+    fn maybe_queue_compaction(&mut self, s: SlabId) {
+        let m = &mut self.slabs.meta[s as usize];
+        let dead = u64::from(m.write_offset - m.live_bytes);
+        if m.list == ListId::Full
+            && !m.compaction_queued
+            && self.compaction_dead_permille < 1000
+            && dead * 1000 >= u64::from(self.compaction_dead_permille) * u64::from(m.len)
+        {
+            m.compaction_queued = true;
+            self.compaction_queue.push_back(s);
+        }
+    }
+
+    fn release(&mut self, s: SlabId) {
+        let m = &mut self.slabs.meta[s as usize];
+        m.write_offset = 0;
+        m.live_bytes = 0;
+        m.compaction_queued = false;
+        self.slabs.move_to(s, ListId::Free);
+        self.policy.on_release(s);
+    }
+
+    fn clear_all(&mut self) {
+        self.index.clear();
+        for s in 0..self.slabs.len() as SlabId {
+            if self.slabs.meta[s as usize].list != ListId::Free {
+                self.release(s);
+            }
+        }
+        self.compaction_queue.clear();
+    }
+
+    /// The item at byte `off` of slab `s`, if `off` is below the slab's write offset. Slab walks
+    /// step with this instead of collecting items, so that clearing or compacting a slab
+    /// allocates nothing (the memory bound of SPEC M1 is checked with a counting allocator).
+    fn item_in_slab(&self, s: SlabId, off: u64) -> Option<(u64, Header)> {
+        let m = &self.slabs.meta[s as usize];
+        if off >= u64::from(m.write_offset) {
+            return None;
+        }
+        let loc = m.start + off;
+        Some((loc, self.header(loc)))
+    }
+
+    /// Index slot pointing at the item at `loc`, if it is live.
+    fn live_slot(&self, loc: u64, h: &Header) -> Option<usize> {
+        let key = &self.arena[loc as usize + h.key_offset..loc as usize + h.key_offset + h.key_len];
+        let p = self.index.probe(crate::key_hash(key));
+        self.index.find_loc(p, loc)
+    }
+
+    /// Clears slab `s`: its live items leave the index, the slab becomes free.
+    fn evict_slab(&mut self, s: SlabId, now: u32) {
+        let mut off = 0;
+        while let Some((loc, h)) = self.item_in_slab(s, off) {
+            off += h.total_len as u64;
+            if let Some(slot) = self.live_slot(loc, &h) {
+                let why = if Expiry::at(h.expiry).is_expired(now) {
+                    Unlink::Expired
+                } else {
+                    Unlink::Evicted
+                };
+                self.unlink(slot, loc, &h, why);
+                if self.slabs.meta[s as usize].list == ListId::Free {
+                    // Its last live item left: the slab was released (write offset reset).
+                    break;
+                }
+            }
+        }
+        if self.slabs.meta[s as usize].list != ListId::Free {
+            self.release(s);
+        }
+        self.counters.evicted_slabs += 1;
+    }
+
+    /// Compacts one queued slab in place; false if none qualifies any more.
+    fn compact_one(&mut self, now: u32) -> bool {
+        while let Some(s) = self.compaction_queue.pop_front() {
+            let m = &mut self.slabs.meta[s as usize];
+            m.compaction_queued = false;
+            let dead = u64::from(m.write_offset - m.live_bytes);
+            if m.list != ListId::Full
+                || dead * 1000 < u64::from(self.compaction_dead_permille) * u64::from(m.len)
+            {
+                continue;
+            }
+            let start = m.start;
+            let old_offset = m.write_offset;
+            let mut dst = 0u64;
+            let mut off = 0u64;
+            // Items only move down (dst <= loc), so the item at `off` is never overwritten
+            // before it is read; the write offset keeps its old value until the walk ends.
+            while let Some((loc, h)) = self.item_in_slab(s, off) {
+                off += h.total_len as u64;
+                let Some(slot) = self.live_slot(loc, &h) else {
+                    continue;
+                };
+                if Expiry::at(h.expiry).is_expired(now) {
+                    self.unlink(slot, loc, &h, Unlink::Expired);
+                    if self.slabs.meta[s as usize].list == ListId::Free {
+                        break;
+                    }
+                    continue;
+                }
+                let new_loc = start + dst;
+                if new_loc != loc {
+                    self.arena
+                        .copy_within(loc as usize..loc as usize + h.total_len, new_loc as usize);
+                    self.index.set_loc(slot, new_loc);
+                }
+                dst += h.total_len as u64;
+            }
+            let m = &mut self.slabs.meta[s as usize];
+            if m.list == ListId::Free {
+                // Every remaining item had expired: the slab was released as a whole.
+                self.counters.compactions += 1;
+                self.counters.compacted_bytes += u64::from(old_offset);
+                return true;
+            }
+            debug_assert_eq!(u64::from(m.live_bytes), dst);
+            m.write_offset = dst as u32;
+            self.counters.compactions += 1;
+            self.counters.compacted_bytes += u64::from(old_offset) - dst;
+            self.slabs.move_to(s, ListId::Partial);
+            return true;
+        }
+        false
+    }
+
+    /// Reserves `len_for(cas_base)` bytes for a new item whose CAS is `cas`.
+    fn alloc(
+        &mut self,
+        len_for: impl Fn(u64) -> usize,
+        cas: u64,
+        now: u32,
+    ) -> Result<(u64, usize), StoreError> {
+        // Each round makes progress (fills, opens, compacts or evicts a slab); 3 rounds per slab
+        // bound it even if every slab is visited.
+        for _ in 0..3 * self.slabs.len() + 3 {
+            if let Some(h) = self.slabs.head(ListId::Partial) {
+                let m = &mut self.slabs.meta[h as usize];
+                let len = len_for(m.cas_base);
+                if m.write_offset as usize + len <= m.len as usize {
+                    let loc = m.start + u64::from(m.write_offset);
+                    m.write_offset += len as u32;
+                    m.live_bytes += len as u32;
+                    if m.write_offset == m.len {
+                        self.slabs.move_to(h, ListId::Full);
+                    }
+                    return Ok((loc, len));
+                }
+                self.slabs.move_to(h, ListId::Full);
+                if self.slabs.meta[h as usize].live_bytes == 0 {
+                    self.release(h);
+                } else {
+                    self.maybe_queue_compaction(h);
+                }
+                continue;
+            }
+            if let Some(f) = self.slabs.head(ListId::Free) {
+                let m = &mut self.slabs.meta[f as usize];
+                m.cas_base = cas;
+                m.last_access = now;
+                self.slabs.move_to(f, ListId::Partial);
+                self.policy.on_open(f);
+                continue;
+            }
+            if self.compact_one(now) {
+                continue;
+            }
+            let view = LiveView(&self.slabs.meta);
+            let Some(victim) = self.policy.victim(&view, None) else {
+                break;
+            };
+            self.evict_slab(victim, now);
+        }
+        Err(StoreError::OutOfMemory)
+    }
+
+    /// Writes a new item version and points the index at it, replacing any older version.
+    #[allow(clippy::too_many_arguments)]
+    fn store_item(
+        &mut self,
+        hash: u64,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        expiry: Expiry,
+        cas: u64,
+        state: u8,
+        now: u32,
+    ) -> Result<u64, StoreError> {
+        let fields = ItemFields {
+            key,
+            value_len: value.len(),
+            flags,
+            expiry: expiry.as_unix_secs(),
+            cas,
+            state,
+        };
+        let (loc, len) = self.alloc(|base| item::encoded_len(&fields, base), cas, now)?;
+        let s = slab_of(loc, self.slab_size);
+        let base = self.slabs.meta[s as usize].cas_base;
+        let buf = &mut self.arena[loc as usize..loc as usize + len];
+        let vo = item::encode_head(buf, &fields, base);
+        buf[vo..].copy_from_slice(value);
+
+        let p = self.index.probe(hash);
+        let existing = self.index.find(p, |_, l| l != loc && self.key_at(l) == key);
+        if let Some(slot) = existing {
+            let old = self.index.loc_at(slot).unwrap_or(loc);
+            let old_len = self.header(old).total_len;
+            self.index.set_loc(slot, loc);
+            self.kill(old, old_len);
+        } else {
+            let mut attempts = 0;
+            while self.index.insert(p, loc).is_err() {
+                let view = LiveView(&self.slabs.meta);
+                let victim = self.policy.victim(&view, Some(s));
+                match victim {
+                    Some(v) if attempts < self.index_full_evictions_max => {
+                        self.evict_slab(v, now);
+                        self.counters.index_full_evictions += 1;
+                        attempts += 1;
+                    }
+                    _ => {
+                        self.kill(loc, len);
+                        return Err(StoreError::OutOfMemory);
+                    }
+                }
+            }
+        }
+        let m = &mut self.slabs.meta[s as usize];
+        m.last_access = now;
+        self.policy.on_access(s);
+        self.counters.total_items += 1;
+        Ok(loc)
+    }
+
+    fn check_key(key: &[u8]) -> Result<(), StoreError> {
+        if key.is_empty() || key.len() > KEY_LEN_MAX {
+            Err(StoreError::KeyLength(key.len()))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn check_value(&self, len: usize) -> Result<(), StoreError> {
+        if len > self.item_size_max {
+            Err(StoreError::TooLarge {
+                len,
+                max: self.item_size_max,
+            })
+        } else {
+            Ok(())
+        }
+    }
+
+    fn emit_put(&self, loc: u64, ctx: &Ctx<'_>) {
+        if ctx.sink.is_some() {
+            let h = self.header(loc);
+            let b = loc as usize;
+            ctx.emit(ChangeKind::Put {
+                key: &self.arena[b + h.key_offset..b + h.key_offset + h.key_len],
+                value: &self.arena[b + h.value_offset()..b + h.total_len],
+                flags: h.flags,
+                expiry: Expiry::at(h.expiry),
+                cas: h.cas,
+                stale: h.ctrl & CTRL_STALE != 0,
+            });
+        }
+    }
+
+    pub fn write(
+        &mut self,
+        hash: u64,
+        req: &WriteRequest<'_>,
+        now: u32,
+        ctx: &Ctx<'_>,
+    ) -> Result<WriteOutcome, StoreError> {
+        Self::check_key(req.key)?;
+        self.check_value(req.value.len())?;
+        let existing = self.lookup(hash, req.key, now, ctx);
+        let present = existing.is_some();
+        match req.mode {
+            WriteMode::Add if present => return Ok(WriteOutcome::NotStored),
+            WriteMode::Replace | WriteMode::Append | WriteMode::Prepend if !present => {
+                return Ok(WriteOutcome::NotStored);
+            }
+            _ => {}
+        }
+        let mut state = 0;
+        if let Some(expected) = req.compare_cas {
+            match &existing {
+                None => return Ok(WriteOutcome::NotFound),
+                Some((_, _, h)) if h.cas != expected => {
+                    if req.invalidate && expected < h.cas {
+                        state = CTRL_STALE;
+                    } else {
+                        return Ok(WriteOutcome::Exists);
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+        let cas = ctx.cas_for(req.new_cas);
+        let loc = match (req.mode, existing) {
+            (WriteMode::Append | WriteMode::Prepend, Some((_, loc, h))) => {
+                let total = h.value_len + req.value.len();
+                self.check_value(total)?;
+                // The old value must be copied out first: making room may evict or compact it.
+                let mut buf = std::mem::take(&mut self.scratch);
+                buf.clear();
+                // Exact, not amortized growth: the scratch buffer's bound is one largest item.
+                buf.reserve_exact(total);
+                let old = &self.arena[loc as usize + h.value_offset()..loc as usize + h.total_len];
+                if req.mode == WriteMode::Append {
+                    buf.extend_from_slice(old);
+                    buf.extend_from_slice(req.value);
+                } else {
+                    buf.extend_from_slice(req.value);
+                    buf.extend_from_slice(old);
+                }
+                let r = self.store_item(
+                    hash,
+                    req.key,
+                    &buf,
+                    h.flags,
+                    Expiry::at(h.expiry),
+                    cas,
+                    state,
+                    now,
+                );
+                self.scratch = buf;
+                r?
+            }
+            _ => self.store_item(
+                hash, req.key, req.value, req.flags, req.expiry, cas, state, now,
+            )?,
+        };
+        self.emit_put(loc, ctx);
+        Ok(WriteOutcome::Stored { cas })
+    }
+
+    pub fn read<R>(
+        &mut self,
+        hash: u64,
+        key: &[u8],
+        now: u32,
+        opts: ReadOptions,
+        ctx: &Ctx<'_>,
+        f: impl FnOnce(ItemView<'_>) -> R,
+    ) -> Option<R> {
+        if let Some(expiry) = opts.touch {
+            if !self.touch(hash, key, expiry, now, ctx) {
+                self.counters.get_misses += 1;
+                return None;
+            }
+        }
+        let Some((slot, loc, h)) = self.lookup(hash, key, now, ctx) else {
+            self.counters.get_misses += 1;
+            return None;
+        };
+        debug_assert_eq!(self.index.loc_at(slot), Some(loc));
+        self.counters.get_hits += 1;
+        let s = slab_of(loc, self.slab_size);
+        let last_access = self.slabs.meta[s as usize].last_access;
+        let ctrl = h.ctrl;
+        let mut won = false;
+        let mut new_ctrl = ctrl;
+        if opts.claim_win && ctrl & CTRL_WIN == 0 {
+            new_ctrl |= CTRL_WIN;
+            won = true;
+        }
+        if !opts.no_bump {
+            new_ctrl |= CTRL_FETCHED;
+            self.slabs.meta[s as usize].last_access = now;
+            self.policy.on_access(s);
+        }
+        self.arena[loc as usize] = new_ctrl;
+        let b = loc as usize;
+        Some(f(ItemView {
+            key: &self.arena[b + h.key_offset..b + h.key_offset + h.key_len],
+            value: &self.arena[b + h.value_offset()..b + h.total_len],
+            flags: h.flags,
+            cas: h.cas,
+            expiry: Expiry::at(h.expiry),
+            fetched_before: ctrl & CTRL_FETCHED != 0,
+            stale: ctrl & CTRL_STALE != 0,
+            won,
+            win_token_taken: ctrl & CTRL_WIN != 0,
+            slab_last_access_secs: last_access,
+            item_bytes: h.total_len,
+        }))
+    }
+
+    pub fn touch(
+        &mut self,
+        hash: u64,
+        key: &[u8],
+        expiry: Expiry,
+        now: u32,
+        ctx: &Ctx<'_>,
+    ) -> bool {
+        let Some((_, loc, h)) = self.lookup(hash, key, now, ctx) else {
+            return false;
+        };
+        if let Some(off) = h.expiry_offset {
+            let at = loc as usize + off;
+            self.arena[at..at + 4].copy_from_slice(&expiry.as_unix_secs().to_le_bytes());
+        } else if !expiry.is_never() {
+            // No expiry field to overwrite: write a new version with the same CAS and state.
+            let mut buf = std::mem::take(&mut self.scratch);
+            buf.clear();
+            buf.reserve_exact(h.key_len + h.value_len);
+            buf.extend_from_slice(
+                &self.arena[loc as usize + h.key_offset..loc as usize + h.total_len],
+            );
+            let (k, v) = buf.split_at(h.key_len);
+            let state = h.ctrl & (CTRL_FETCHED | CTRL_STALE | CTRL_WIN);
+            let r = self.store_item(hash, k, v, h.flags, expiry, h.cas, state, now);
+            self.scratch = buf;
+            if r.is_err() {
+                return false;
+            }
+        }
+        ctx.emit(ChangeKind::Touch { key, expiry });
+        true
+    }
+
+    pub fn delete(
+        &mut self,
+        hash: u64,
+        key: &[u8],
+        now: u32,
+        opts: DeleteOptions,
+        ctx: &Ctx<'_>,
+    ) -> DeleteOutcome {
+        let Some((slot, loc, h)) = self.lookup(hash, key, now, ctx) else {
+            return DeleteOutcome::NotFound;
+        };
+        if opts.compare_cas.is_some_and(|c| c != h.cas) {
+            return DeleteOutcome::Exists;
+        }
+        if opts.invalidate {
+            self.arena[loc as usize] = (h.ctrl | CTRL_STALE) & !CTRL_WIN;
+            self.emit_put(loc, ctx);
+        } else {
+            self.unlink(slot, loc, &h, Unlink::Deleted);
+            ctx.emit(ChangeKind::Delete { key });
+        }
+        DeleteOutcome::Deleted
+    }
+
+    pub fn arith(
+        &mut self,
+        hash: u64,
+        key: &[u8],
+        now: u32,
+        req: &ArithRequest,
+        ctx: &Ctx<'_>,
+    ) -> Result<ArithOutcome, StoreError> {
+        Self::check_key(key)?;
+        let Some((_, loc, h)) = self.lookup(hash, key, now, ctx) else {
+            let Some((initial, expiry)) = req.autovivify else {
+                return Ok(ArithOutcome::NotFound);
+            };
+            let cas = ctx.cas_for(req.new_cas);
+            let digits = initial.to_string();
+            let loc = self.store_item(hash, key, digits.as_bytes(), 0, expiry, cas, 0, now)?;
+            self.emit_put(loc, ctx);
+            return Ok(ArithOutcome::Value {
+                value: initial,
+                cas,
+            });
+        };
+        if req.compare_cas.is_some_and(|c| c != h.cas) {
+            return Ok(ArithOutcome::Exists);
+        }
+        let value = &self.arena[loc as usize + h.value_offset()..loc as usize + h.total_len];
+        let current = parse_counter(value).ok_or(StoreError::NonNumeric)?;
+        let new = if req.decrement {
+            current.saturating_sub(req.delta)
+        } else {
+            current.wrapping_add(req.delta)
+        };
+        let digits = new.to_string();
+        self.check_value(digits.len())?;
+        let cas = ctx.cas_for(req.new_cas);
+        let loc = self.store_item(
+            hash,
+            key,
+            digits.as_bytes(),
+            h.flags,
+            Expiry::at(h.expiry),
+            cas,
+            0,
+            now,
+        )?;
+        self.emit_put(loc, ctx);
+        Ok(ArithOutcome::Value { value: new, cas })
+    }
+
+    pub fn flush_all(&mut self, now: u32, delay_secs: u32, ctx: &Ctx<'_>) {
+        if delay_secs == 0 {
+            self.flush_at = None;
+            self.clear_all();
+            ctx.emit(ChangeKind::Flush);
+        } else {
+            self.flush_at = Some(now.saturating_add(delay_secs));
+        }
+    }
+
+    /// Calls `f` for every live, unexpired item whose key hash is in `range`.
+    pub fn for_each_in_range(
+        &mut self,
+        range: HashRange,
+        now: u32,
+        ctx: &Ctx<'_>,
+        f: &mut dyn FnMut(ItemView<'_>),
+    ) {
+        self.maybe_flush(now, ctx);
+        for slot in 0..self.index.capacity() {
+            let Some(loc) = self.index.loc_at(slot) else {
+                continue;
+            };
+            let h = self.header(loc);
+            let b = loc as usize;
+            let key = &self.arena[b + h.key_offset..b + h.key_offset + h.key_len];
+            if !range.contains(crate::key_hash(key)) || Expiry::at(h.expiry).is_expired(now) {
+                continue;
+            }
+            f(ItemView {
+                key,
+                value: &self.arena[b + h.value_offset()..b + h.total_len],
+                flags: h.flags,
+                cas: h.cas,
+                expiry: Expiry::at(h.expiry),
+                fetched_before: h.ctrl & CTRL_FETCHED != 0,
+                stale: h.ctrl & CTRL_STALE != 0,
+                won: false,
+                win_token_taken: h.ctrl & CTRL_WIN != 0,
+                slab_last_access_secs: self.slabs.meta[slab_of(loc, self.slab_size) as usize]
+                    .last_access,
+                item_bytes: h.total_len,
+            });
+        }
+    }
+
+    /// Removes every item whose key hash is in `range`; returns how many.
+    pub fn drop_range(&mut self, range: HashRange) -> usize {
+        let mut dropped = 0;
+        for slot in 0..self.index.capacity() {
+            let Some(loc) = self.index.loc_at(slot) else {
+                continue;
+            };
+            let h = self.header(loc);
+            let b = loc as usize;
+            if range.contains(crate::key_hash(
+                &self.arena[b + h.key_offset..b + h.key_offset + h.key_len],
+            )) {
+                self.unlink(slot, loc, &h, Unlink::Deleted);
+                dropped += 1;
+            }
+        }
+        dropped
+    }
+
+    /// Stores an item exactly as given (CAS, flags, expiry, stale), e.g. from a range hand-off.
+    pub fn insert_item(
+        &mut self,
+        hash: u64,
+        item: &OwnedItem,
+        now: u32,
+        ctx: &Ctx<'_>,
+    ) -> Result<(), StoreError> {
+        Self::check_key(&item.key)?;
+        self.check_value(item.value.len())?;
+        self.maybe_flush(now, ctx);
+        ctx.cas_for(Some(item.cas));
+        let state = if item.stale { CTRL_STALE } else { 0 };
+        let loc = self.store_item(
+            hash,
+            &item.key,
+            &item.value,
+            item.flags,
+            item.expiry,
+            item.cas,
+            state,
+            now,
+        )?;
+        self.emit_put(loc, ctx);
+        Ok(())
+    }
+
+    pub fn add_stats(&self, s: &mut Stats) {
+        let c = &self.counters;
+        s.curr_items += self.index.len() as u64;
+        s.total_items += c.total_items;
+        s.evicted_items += c.evicted_items;
+        s.evicted_slabs += c.evicted_slabs;
+        s.evicted_unfetched += c.evicted_unfetched;
+        s.reclaimed += c.reclaimed;
+        s.expired_unfetched += c.expired_unfetched;
+        s.compactions += c.compactions;
+        s.compacted_bytes += c.compacted_bytes;
+        s.get_hits += c.get_hits;
+        s.get_misses += c.get_misses;
+        s.index_full_evictions += c.index_full_evictions;
+        for m in &self.slabs.meta {
+            s.bytes += u64::from(m.live_bytes);
+            s.dead_bytes += u64::from(m.write_offset - m.live_bytes);
+        }
+        s.slabs_free += self.slabs.count(ListId::Free) as u64;
+        s.slabs_partial += self.slabs.count(ListId::Partial) as u64;
+        s.slabs_full += self.slabs.count(ListId::Full) as u64;
+        s.arena_bytes += self.arena.len() as u64;
+        s.index_bytes += self.index.bytes() as u64;
+        s.index_slots += self.index.capacity() as u64;
+        s.shards += 1;
+    }
+
+    /// Checks internal invariants (tests): live bytes equal the items the index points at.
+    pub fn check_invariants(&self) {
+        let mut live = vec![0u64; self.slabs.len()];
+        for slot in 0..self.index.capacity() {
+            if let Some(loc) = self.index.loc_at(slot) {
+                live[slab_of(loc, self.slab_size) as usize] += self.header(loc).total_len as u64;
+            }
+        }
+        for (i, m) in self.slabs.meta.iter().enumerate() {
+            assert_eq!(u64::from(m.live_bytes), live[i], "slab {i} live bytes");
+            assert!(m.write_offset <= m.len);
+        }
+    }
+}
+
+/// memcached's rule: the value must be a decimal u64, optionally followed by spaces (memcached
+/// itself pads shrunk counters with spaces).
+fn parse_counter(value: &[u8]) -> Option<u64> {
+    let digits_end = value
+        .iter()
+        .position(|b| !b.is_ascii_digit())
+        .unwrap_or(value.len());
+    if digits_end == 0 || value[digits_end..].iter().any(|&b| b != b' ') {
+        return None;
+    }
+    std::str::from_utf8(&value[..digits_end]).ok()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_counter;
+
+    #[test]
+    fn counter_parsing_follows_memcached() {
+        assert_eq!(parse_counter(b"42"), Some(42));
+        assert_eq!(parse_counter(b"7  "), Some(7));
+        assert_eq!(parse_counter(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(parse_counter(b"18446744073709551616"), None);
+        assert_eq!(parse_counter(b""), None);
+        assert_eq!(parse_counter(b"-1"), None);
+        assert_eq!(parse_counter(b"12a"), None);
+    }
+}

@@ -1,0 +1,684 @@
+//! Behaviour of each memcached operation on the store, one scenario per test.
+
+use std::sync::{Arc, Mutex};
+
+use cellcache_store::*;
+
+const NOW: u32 = 1_000_000;
+
+fn small_config() -> StoreConfig {
+    StoreConfig {
+        memory_limit_bytes: 256 << 10,
+        slab_size_bytes: 16 << 10,
+        item_size_max_bytes: (16 << 10) - ITEM_HEADER_RESERVE_BYTES,
+        ..StoreConfig::default()
+    }
+}
+
+fn store() -> Store {
+    Store::new(small_config()).unwrap()
+}
+
+fn get(s: &Store, key: &[u8], now: u32) -> Option<(Vec<u8>, u32, u64)> {
+    s.get(key, now, |v| (v.value.to_vec(), v.flags, v.cas))
+}
+
+fn set(s: &Store, key: &[u8], value: &[u8]) -> u64 {
+    match s.write(&WriteRequest::set(key, value), NOW).unwrap() {
+        WriteOutcome::Stored { cas } => cas,
+        other => panic!("set gave {other:?}"),
+    }
+}
+
+fn req<'a>(mode: WriteMode, key: &'a [u8], value: &'a [u8]) -> WriteRequest<'a> {
+    WriteRequest {
+        mode,
+        ..WriteRequest::set(key, value)
+    }
+}
+
+#[test]
+fn set_get_overwrite_and_flags() {
+    let s = store();
+    assert_eq!(get(&s, b"a", NOW), None);
+    let c1 = set(&s, b"a", b"one");
+    let c2 = s
+        .write(
+            &WriteRequest {
+                flags: 77,
+                ..WriteRequest::set(b"a", b"two")
+            },
+            NOW,
+        )
+        .unwrap();
+    let WriteOutcome::Stored { cas: c2 } = c2 else {
+        panic!()
+    };
+    assert!(c2 > c1);
+    assert_eq!(get(&s, b"a", NOW), Some((b"two".to_vec(), 77, c2)));
+    assert_eq!(s.stats().curr_items, 1);
+    s.check_invariants();
+}
+
+#[test]
+fn add_replace_append_prepend() {
+    let s = store();
+    assert_eq!(
+        s.write(&req(WriteMode::Replace, b"k", b"x"), NOW),
+        Ok(WriteOutcome::NotStored)
+    );
+    assert_eq!(
+        s.write(&req(WriteMode::Append, b"k", b"x"), NOW),
+        Ok(WriteOutcome::NotStored)
+    );
+    assert!(matches!(
+        s.write(&req(WriteMode::Add, b"k", b"mid"), NOW),
+        Ok(WriteOutcome::Stored { .. })
+    ));
+    assert_eq!(
+        s.write(&req(WriteMode::Add, b"k", b"other"), NOW),
+        Ok(WriteOutcome::NotStored)
+    );
+    let with_flags = WriteRequest {
+        flags: 9,
+        ..req(WriteMode::Append, b"k", b">")
+    };
+    assert!(matches!(
+        s.write(&with_flags, NOW),
+        Ok(WriteOutcome::Stored { .. })
+    ));
+    assert!(matches!(
+        s.write(&req(WriteMode::Prepend, b"k", b"<"), NOW),
+        Ok(WriteOutcome::Stored { .. })
+    ));
+    // append/prepend keep the original flags (0), ignoring the request's.
+    assert_eq!(
+        get(&s, b"k", NOW).map(|(v, f, _)| (v, f)),
+        Some((b"<mid>".to_vec(), 0))
+    );
+    assert!(matches!(
+        s.write(&req(WriteMode::Replace, b"k", b"new"), NOW),
+        Ok(WriteOutcome::Stored { .. })
+    ));
+    assert_eq!(get(&s, b"k", NOW).unwrap().0, b"new");
+    s.check_invariants();
+}
+
+#[test]
+fn compare_and_swap() {
+    let s = store();
+    let missing = WriteRequest {
+        compare_cas: Some(1),
+        ..WriteRequest::set(b"c", b"v")
+    };
+    assert_eq!(s.write(&missing, NOW), Ok(WriteOutcome::NotFound));
+    let cas = set(&s, b"c", b"v1");
+    let wrong = WriteRequest {
+        compare_cas: Some(cas + 100),
+        ..WriteRequest::set(b"c", b"v2")
+    };
+    assert_eq!(s.write(&wrong, NOW), Ok(WriteOutcome::Exists));
+    let right = WriteRequest {
+        compare_cas: Some(cas),
+        ..WriteRequest::set(b"c", b"v2")
+    };
+    assert!(matches!(
+        s.write(&right, NOW),
+        Ok(WriteOutcome::Stored { .. })
+    ));
+    assert_eq!(s.write(&right, NOW), Ok(WriteOutcome::Exists));
+    assert_eq!(get(&s, b"c", NOW).unwrap().0, b"v2");
+}
+
+#[test]
+fn explicit_cas_is_stored_and_counter_stays_above() {
+    let s = store();
+    let big = 1u64 << 50;
+    let w = WriteRequest {
+        new_cas: Some(big),
+        ..WriteRequest::set(b"r", b"v")
+    };
+    assert_eq!(s.write(&w, NOW), Ok(WriteOutcome::Stored { cas: big }));
+    assert_eq!(get(&s, b"r", NOW).unwrap().2, big);
+    let next = set(&s, b"other", b"v");
+    assert!(next > big);
+    // An explicit CAS far below the slab's base still round-trips.
+    let w = WriteRequest {
+        new_cas: Some(3),
+        ..WriteRequest::set(b"low", b"v")
+    };
+    s.write(&w, NOW).unwrap();
+    assert_eq!(get(&s, b"low", NOW).unwrap().2, 3);
+}
+
+#[test]
+fn incr_decr_follow_memcached_rules() {
+    let s = store();
+    assert_eq!(
+        s.arith(b"n", NOW, &ArithRequest::incr(1)),
+        Ok(ArithOutcome::NotFound)
+    );
+    set(&s, b"n", b"18446744073709551614");
+    let Ok(ArithOutcome::Value { value, .. }) = s.arith(b"n", NOW, &ArithRequest::incr(3)) else {
+        panic!()
+    };
+    assert_eq!(value, 1, "incr wraps at 2^64");
+    assert_eq!(
+        get(&s, b"n", NOW).unwrap().0,
+        b"1",
+        "length shrinks with the number"
+    );
+    let Ok(ArithOutcome::Value { value, .. }) = s.arith(b"n", NOW, &ArithRequest::decr(5)) else {
+        panic!()
+    };
+    assert_eq!(value, 0, "decr floors at 0");
+    set(&s, b"t", b"9");
+    let Ok(ArithOutcome::Value { value, .. }) = s.arith(b"t", NOW, &ArithRequest::incr(1)) else {
+        panic!()
+    };
+    assert_eq!(value, 10);
+    assert_eq!(get(&s, b"t", NOW).unwrap().0, b"10");
+    set(&s, b"s", b"abc");
+    assert_eq!(
+        s.arith(b"s", NOW, &ArithRequest::incr(1)),
+        Err(StoreError::NonNumeric)
+    );
+    let viv = ArithRequest {
+        autovivify: Some((40, Expiry::NEVER)),
+        ..ArithRequest::incr(2)
+    };
+    let Ok(ArithOutcome::Value { value, .. }) = s.arith(b"v", NOW, &viv) else {
+        panic!()
+    };
+    assert_eq!(value, 40);
+    s.check_invariants();
+}
+
+#[test]
+fn expiry_touch_and_gat() {
+    let s = store();
+    let w = WriteRequest {
+        expiry: Expiry::from_protocol(10, NOW),
+        ..WriteRequest::set(b"e", b"v")
+    };
+    s.write(&w, NOW).unwrap();
+    assert!(get(&s, b"e", NOW + 9).is_some());
+    assert!(get(&s, b"e", NOW + 10).is_none(), "expired at its second");
+    assert_eq!(s.stats().reclaimed, 1);
+
+    set(&s, b"t", b"v");
+    assert!(
+        s.touch(b"t", Expiry::from_protocol(5, NOW), NOW),
+        "touch adds an expiry"
+    );
+    assert!(get(&s, b"t", NOW + 4).is_some());
+    let gat = ReadOptions {
+        touch: Some(Expiry::from_protocol(100, NOW + 4)),
+        ..Default::default()
+    };
+    assert_eq!(
+        s.read(b"t", NOW + 4, gat, |v| v.expiry.remaining_secs(NOW + 4)),
+        Some(Some(100))
+    );
+    assert!(get(&s, b"t", NOW + 50).is_some());
+    assert!(s.touch(b"t", Expiry::NEVER, NOW + 50));
+    assert!(get(&s, b"t", NOW + 100_000).is_some());
+    assert!(!s.touch(b"missing", Expiry::NEVER, NOW));
+
+    let w = WriteRequest {
+        expiry: Expiry::from_protocol(-1, NOW),
+        ..WriteRequest::set(b"t", b"gone")
+    };
+    assert!(matches!(s.write(&w, NOW), Ok(WriteOutcome::Stored { .. })));
+    assert!(
+        get(&s, b"t", NOW).is_none(),
+        "negative exptime stores an already-expired item"
+    );
+    s.check_invariants();
+}
+
+#[test]
+fn flush_all_now_and_delayed() {
+    let s = store();
+    set(&s, b"a", b"1");
+    s.flush_all(NOW, 0);
+    assert!(get(&s, b"a", NOW).is_none());
+    set(&s, b"b", b"2");
+    s.flush_all(NOW, 10);
+    assert!(get(&s, b"b", NOW + 9).is_some());
+    assert!(get(&s, b"b", NOW + 10).is_none());
+    set(&s, b"c", b"3");
+    assert!(
+        get(&s, b"c", NOW + 11).is_some(),
+        "items stored after the flush moment live"
+    );
+    assert_eq!(s.stats().slabs_partial + s.stats().slabs_full, 1);
+}
+
+#[test]
+fn too_large_and_bad_keys_are_typed_errors() {
+    let s = store();
+    let max = s.config().item_size_max_bytes;
+    let big = vec![7u8; max + 1];
+    assert_eq!(
+        s.write(&WriteRequest::set(b"k", &big), NOW),
+        Err(StoreError::TooLarge { len: max + 1, max })
+    );
+    let ok = vec![7u8; max];
+    let long_key = [b'k'; KEY_LEN_MAX];
+    assert!(matches!(
+        s.write(&WriteRequest::set(&long_key, &ok), NOW),
+        Ok(WriteOutcome::Stored { .. })
+    ));
+    assert_eq!(get(&s, &long_key, NOW).unwrap().0, ok);
+    assert_eq!(
+        s.write(&WriteRequest::set(b"", b"v"), NOW),
+        Err(StoreError::KeyLength(0))
+    );
+    assert_eq!(
+        s.write(&WriteRequest::set(&[b'k'; 251], b"v"), NOW),
+        Err(StoreError::KeyLength(251))
+    );
+    set(&s, b"ap", &vec![1u8; max - 1]);
+    assert!(matches!(
+        s.write(&req(WriteMode::Append, b"ap", b"xy"), NOW),
+        Err(StoreError::TooLarge { .. })
+    ));
+}
+
+#[test]
+fn config_validation_is_typed() {
+    let bad = StoreConfig {
+        item_size_max_bytes: 2 << 20,
+        ..StoreConfig::default()
+    };
+    assert!(matches!(
+        Store::new(bad),
+        Err(ConfigError::ItemSizeMax { .. })
+    ));
+    let bad = StoreConfig {
+        memory_limit_bytes: 1 << 20,
+        ..StoreConfig::default()
+    };
+    assert!(matches!(
+        Store::new(bad),
+        Err(ConfigError::MemoryTooSmall { .. })
+    ));
+    let bad = StoreConfig {
+        layout: Layout::Partitioned { shards: 0 },
+        ..StoreConfig::default()
+    };
+    assert!(matches!(Store::new(bad), Err(ConfigError::Shards)));
+    let bad = StoreConfig {
+        compaction_dead_permille: 1001,
+        ..StoreConfig::default()
+    };
+    assert!(matches!(
+        Store::new(bad),
+        Err(ConfigError::Compaction(1001))
+    ));
+}
+
+#[test]
+fn eviction_clears_least_recent_slab() {
+    let s = store();
+    let value = [5u8; 1000];
+    // Keep key "hot" recently read while writing far more than fits.
+    set(&s, b"hot", &value);
+    for i in 0..2000u32 {
+        set(&s, format!("key{i}").as_bytes(), &value);
+        assert!(get(&s, b"hot", NOW).is_some(), "hot key evicted at {i}");
+    }
+    let st = s.stats();
+    assert!(st.evicted_slabs > 0 && st.evicted_items > 0);
+    // key0 shares the hot key's slab, which reads keep most recent: slab-level LRU keeps it.
+    assert!(get(&s, b"key0", NOW).is_some());
+    assert!(get(&s, b"key100", NOW).is_none());
+    assert!(get(&s, b"key1999", NOW).is_some());
+    s.check_invariants();
+}
+
+#[test]
+fn compaction_reclaims_dead_space_without_losing_items() {
+    let cfg = StoreConfig {
+        compaction_dead_permille: 200,
+        ..small_config()
+    };
+    let s = Store::new(cfg).unwrap();
+    let value = [1u8; 200];
+    // Overwrite a small working set again and again: old versions become dead bytes.
+    for round in 0..200u32 {
+        for k in 0..40u32 {
+            let mut v = value;
+            v[..4].copy_from_slice(&round.to_le_bytes());
+            set(&s, format!("k{k}").as_bytes(), &v);
+        }
+    }
+    let st = s.stats();
+    assert_eq!(
+        st.evicted_items, 0,
+        "dead space must be reclaimed, not live items evicted: {st:?}"
+    );
+    for k in 0..40u32 {
+        let v = get(&s, format!("k{k}").as_bytes(), NOW).unwrap().0;
+        assert_eq!(&v[..4], &199u32.to_le_bytes());
+    }
+    s.check_invariants();
+}
+
+#[test]
+fn compaction_moves_live_items_in_place() {
+    // Few overwrites per slab: slabs keep some live items, so freeing them needs compaction.
+    let cfg = StoreConfig {
+        compaction_dead_permille: 300,
+        ..small_config()
+    };
+    let s = Store::new(cfg).unwrap();
+    let v = [3u8; 300];
+    let mut live = Vec::new();
+    for i in 0..1500u32 {
+        let key = format!("i{i}");
+        set(&s, key.as_bytes(), &v);
+        // Delete two of every three keys shortly after writing them.
+        if i % 3 != 0 {
+            s.delete(key.as_bytes(), NOW, DeleteOptions::default());
+        } else {
+            live.push(key);
+        }
+    }
+    let st = s.stats();
+    assert!(st.compactions > 0, "{st:?}");
+    assert_eq!(st.evicted_items, 0, "{st:?}");
+    for k in &live {
+        assert_eq!(get(&s, k.as_bytes(), NOW).unwrap().0, v);
+    }
+    s.check_invariants();
+}
+
+#[test]
+fn second_policy_prefers_slabs_with_dead_space() {
+    let cfg = StoreConfig {
+        eviction: EvictionPolicyKind::LeastLiveOfLru { candidates: 4 },
+        compaction_dead_permille: 1000,
+        ..small_config()
+    };
+    let s = Store::new(cfg).unwrap();
+    let v = [2u8; 500];
+    for i in 0..3000u32 {
+        set(&s, format!("x{i}").as_bytes(), &v);
+        if i % 2 == 0 {
+            s.delete(format!("x{i}").as_bytes(), NOW, DeleteOptions::default());
+        }
+    }
+    assert!(s.stats().evicted_slabs > 0);
+    assert!(get(&s, b"x2999", NOW).is_some());
+    s.check_invariants();
+}
+
+#[test]
+fn delete_with_cas_and_invalidate() {
+    let s = store();
+    let cas = set(&s, b"d", b"v");
+    let wrong = DeleteOptions {
+        compare_cas: Some(cas + 1),
+        invalidate: false,
+    };
+    assert_eq!(s.delete(b"d", NOW, wrong), DeleteOutcome::Exists);
+    let inval = DeleteOptions {
+        compare_cas: None,
+        invalidate: true,
+    };
+    assert_eq!(s.delete(b"d", NOW, inval), DeleteOutcome::Deleted);
+    let claim = ReadOptions {
+        claim_win: true,
+        ..Default::default()
+    };
+    assert_eq!(
+        s.read(b"d", NOW, claim, |v| (v.stale, v.won, v.win_token_taken)),
+        Some((true, true, false))
+    );
+    assert_eq!(
+        s.read(b"d", NOW, claim, |v| (v.stale, v.won, v.win_token_taken)),
+        Some((true, false, true))
+    );
+    assert_eq!(
+        s.delete(b"d", NOW, DeleteOptions::default()),
+        DeleteOutcome::Deleted
+    );
+    assert_eq!(
+        s.delete(b"d", NOW, DeleteOptions::default()),
+        DeleteOutcome::NotFound
+    );
+    // ms with I: an older CAS still stores, marked stale.
+    let cas = set(&s, b"m", b"v1");
+    let w = WriteRequest {
+        compare_cas: Some(cas - 1),
+        invalidate: true,
+        ..WriteRequest::set(b"m", b"v0")
+    };
+    assert!(matches!(s.write(&w, NOW), Ok(WriteOutcome::Stored { .. })));
+    assert_eq!(
+        s.get(b"m", NOW, |v| (v.value.to_vec(), v.stale)),
+        Some((b"v0".to_vec(), true))
+    );
+}
+
+#[test]
+fn fetched_bit_and_slab_last_access() {
+    let s = store();
+    set(&s, b"f", b"v");
+    assert_eq!(
+        s.get(b"f", NOW + 5, |v| (
+            v.fetched_before,
+            v.slab_last_access_secs
+        )),
+        Some((false, NOW))
+    );
+    assert_eq!(
+        s.get(b"f", NOW + 7, |v| (
+            v.fetched_before,
+            v.slab_last_access_secs
+        )),
+        Some((true, NOW + 5))
+    );
+    let quiet = ReadOptions {
+        no_bump: true,
+        ..Default::default()
+    };
+    assert_eq!(
+        s.read(b"f", NOW + 9, quiet, |v| v.slab_last_access_secs),
+        Some(NOW + 7)
+    );
+    assert_eq!(
+        s.read(b"f", NOW + 9, quiet, |v| v.slab_last_access_secs),
+        Some(NOW + 7)
+    );
+}
+
+fn filled(layout: Layout) -> Store {
+    let s = Store::new(StoreConfig {
+        layout,
+        memory_limit_bytes: 1 << 20,
+        ..small_config()
+    })
+    .unwrap();
+    for i in 0..500u32 {
+        let key = format!("r{i}");
+        let value = i.to_le_bytes();
+        let w = WriteRequest {
+            flags: i,
+            expiry: Expiry::at(NOW + 1000 + i),
+            ..WriteRequest::set(key.as_bytes(), &value)
+        };
+        s.write(&w, NOW).unwrap();
+    }
+    s
+}
+
+#[test]
+fn range_enumerate_extract_drop_and_reinsert() {
+    for layout in [Layout::Shared, Layout::Partitioned { shards: 3 }] {
+        let s = filled(layout);
+        let all = s.extract_range(HashRange::FULL, NOW);
+        assert_eq!(all.len(), 500);
+        let mid = 1u64 << 63;
+        let lower = HashRange::new(0, mid - 1);
+        let upper = HashRange::new(mid, u64::MAX);
+        let wrap = HashRange::new(mid + (1 << 62), (1 << 62) - 1);
+        let lo = s.extract_range(lower, NOW);
+        let hi = s.extract_range(upper, NOW);
+        assert_eq!(lo.len() + hi.len(), 500);
+        assert!(lo.iter().all(|i| key_hash(&i.key) < mid));
+        let w = s.extract_range(wrap, NOW);
+        assert!(w.iter().all(|i| wrap.contains(key_hash(&i.key))));
+        assert_eq!(
+            w.len(),
+            all.iter()
+                .filter(|i| wrap.contains(key_hash(&i.key)))
+                .count()
+        );
+
+        // Hand the upper half to another store, as-is.
+        let t = Store::new(StoreConfig {
+            memory_limit_bytes: 1 << 20,
+            ..small_config()
+        })
+        .unwrap();
+        for item in &hi {
+            t.insert_item(item, NOW).unwrap();
+        }
+        assert_eq!(s.drop_range(upper), hi.len());
+        assert!(s.extract_range(upper, NOW).is_empty());
+        let mut moved = t.extract_range(HashRange::FULL, NOW);
+        let mut expected = hi.clone();
+        moved.sort_by(|a, b| a.key.cmp(&b.key));
+        expected.sort_by(|a, b| a.key.cmp(&b.key));
+        assert_eq!(
+            moved, expected,
+            "CAS, flags, expiry and value survive the hand-off"
+        );
+        s.check_invariants();
+        t.check_invariants();
+    }
+}
+
+#[derive(Default)]
+struct Recorder(Mutex<Vec<(u64, OwnedChange)>>);
+
+#[derive(Debug, Clone, PartialEq)]
+enum OwnedChange {
+    Put(OwnedItem),
+    Delete(Vec<u8>),
+    Touch(Vec<u8>, Expiry),
+    Flush,
+}
+
+impl ChangeSink for Recorder {
+    fn record(&self, c: &Change<'_>) {
+        let o = match c.kind {
+            ChangeKind::Put {
+                key,
+                value,
+                flags,
+                expiry,
+                cas,
+                stale,
+            } => OwnedChange::Put(OwnedItem {
+                key: key.to_vec(),
+                value: value.to_vec(),
+                flags,
+                expiry,
+                cas,
+                stale,
+            }),
+            ChangeKind::Delete { key } => OwnedChange::Delete(key.to_vec()),
+            ChangeKind::Touch { key, expiry } => OwnedChange::Touch(key.to_vec(), expiry),
+            ChangeKind::Flush => OwnedChange::Flush,
+        };
+        self.0.lock().unwrap().push((c.seq, o));
+    }
+}
+
+#[test]
+fn change_feed_replay_rebuilds_an_identical_store() {
+    let rec = Arc::new(Recorder::default());
+    let s = Store::with_change_sink(small_config(), rec.clone()).unwrap();
+    set(&s, b"gone", b"x");
+    s.flush_all(NOW, 0);
+    for i in 0..60u32 {
+        let key = format!("f{}", i % 20);
+        match i % 6 {
+            0 => drop(s.write(
+                &WriteRequest {
+                    flags: i,
+                    ..req(WriteMode::Set, key.as_bytes(), b"12")
+                },
+                NOW,
+            )),
+            1 => drop(s.write(&req(WriteMode::Append, key.as_bytes(), b"3"), NOW)),
+            2 => drop(s.arith(key.as_bytes(), NOW, &ArithRequest::incr(5))),
+            3 => drop(s.touch(key.as_bytes(), Expiry::at(NOW + 500 + i), NOW)),
+            4 => drop(s.delete(
+                key.as_bytes(),
+                NOW,
+                DeleteOptions {
+                    invalidate: i % 12 == 4,
+                    compare_cas: None,
+                },
+            )),
+            _ => drop(s.write(&req(WriteMode::Prepend, key.as_bytes(), b"9"), NOW)),
+        }
+    }
+    let log = rec.0.lock().unwrap().clone();
+    assert!(
+        log.windows(2).all(|w| w[0].0 < w[1].0),
+        "sequence numbers increase"
+    );
+    assert!(log.iter().any(|(_, c)| matches!(c, OwnedChange::Flush)));
+    let replica = Store::new(small_config()).unwrap();
+    for (_, c) in &log {
+        let kind = match c {
+            OwnedChange::Put(i) => ChangeKind::Put {
+                key: &i.key,
+                value: &i.value,
+                flags: i.flags,
+                expiry: i.expiry,
+                cas: i.cas,
+                stale: i.stale,
+            },
+            OwnedChange::Delete(k) => ChangeKind::Delete { key: k },
+            OwnedChange::Touch(k, e) => ChangeKind::Touch { key: k, expiry: *e },
+            OwnedChange::Flush => ChangeKind::Flush,
+        };
+        replica.apply_change(&kind, NOW).unwrap();
+    }
+    let mut a = s.extract_range(HashRange::FULL, NOW);
+    let mut b = replica.extract_range(HashRange::FULL, NOW);
+    a.sort_by(|x, y| x.key.cmp(&y.key));
+    b.sort_by(|x, y| x.key.cmp(&y.key));
+    assert!(!a.is_empty());
+    assert_eq!(a, b);
+}
+
+#[test]
+fn partitioned_layout_behaves_like_shared() {
+    for layout in [Layout::Shared, Layout::Partitioned { shards: 4 }] {
+        let s = Store::new(StoreConfig {
+            layout,
+            memory_limit_bytes: 2 << 20,
+            ..small_config()
+        })
+        .unwrap();
+        for i in 0..1000u32 {
+            set(&s, format!("p{i}").as_bytes(), &i.to_le_bytes());
+        }
+        for i in 0..1000u32 {
+            assert_eq!(
+                get(&s, format!("p{i}").as_bytes(), NOW).unwrap().0,
+                i.to_le_bytes()
+            );
+        }
+        assert_eq!(s.stats().curr_items, 1000);
+        s.check_invariants();
+    }
+}
