@@ -1,1 +1,83 @@
-//! cellcache-proto (being built; see ARCHITECTURE.md).
+//! cellcache-proto: the memcached text protocol (classic and meta commands),
+//! sans-IO, in both directions.
+//!
+//! Server direction: [`parse`] turns the front of a read buffer into a
+//! [`Request`] that borrows keys and values from the buffer, or reports
+//! [`Parsed::Incomplete`], or a [`ProtocolError`] that says which error line
+//! to send and how many bytes to drop and swallow. Replies are composed into
+//! a `Vec<u8>` with [`Response::encode`], or piecewise with
+//! [`write_value_header`] / [`write_meta_header`] so values are copied once,
+//! straight from the store into the output buffer.
+//!
+//! Client direction (load generator, inter-cell forwarder):
+//! [`Request::encode`] and [`parse_reply`].
+//!
+//! Guarantees: no I/O, no clock, no panics on any input, no allocation while
+//! parsing, `consumed` never exceeds the input, and every length read from
+//! the wire is bounded by [`Limits`] before it is used. The syntax, error
+//! lines and their wording follow memcached's protocol.txt and were checked
+//! against memcached 1.6.18; deliberate differences are listed in
+//! docs/protocol.md.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod error;
+pub mod limits;
+pub mod meta;
+mod parse;
+mod reply;
+mod request;
+mod response;
+pub mod token;
+
+pub use error::{ClientError, ErrorReply, ProtocolError, ServerError};
+pub use limits::{Limits, LimitsError};
+pub use meta::{
+    ArithmeticMode, MetaArithmeticFlags, MetaDeleteFlags, MetaGetFlags, MetaKey, MetaSetFlags,
+    ReturnFlag, ReturnFlags, SetMode,
+};
+pub use parse::{Parsed, parse};
+pub use reply::{ParsedReply, ReplyError, parse_reply};
+pub use request::{ArithmeticOp, Keys, KeysError, Request, Retrieve, StatsGroup, Store, StoreMode};
+pub use response::{
+    MetaReply, MetaReplyFlags, MetaStatus, Response, write_meta_header, write_value_end,
+    write_value_header,
+};
+
+/// Bytes still to be discarded from a connection's input after a rejected
+/// storage command (its announced data block). The connection keeps one
+/// across reads: before parsing new input, it drops
+/// [`Discard::take`]`(available)` bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Discard {
+    remaining: usize,
+}
+
+impl Discard {
+    /// Discard `bytes` more bytes.
+    pub const fn new(bytes: usize) -> Self {
+        Self { remaining: bytes }
+    }
+
+    /// With `available` bytes buffered, how many to drop now; the rest of
+    /// the debt is kept for the next read.
+    pub fn take(&mut self, available: usize) -> usize {
+        let now = self.remaining.min(available);
+        self.remaining -= now;
+        now
+    }
+
+    /// Bytes still owed.
+    pub const fn remaining(&self) -> usize {
+        self.remaining
+    }
+
+    /// Whether nothing is left to discard.
+    pub const fn is_done(&self) -> bool {
+        self.remaining == 0
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,143 @@
+//! Protocol limits: every length the parser reads from the wire is bounded by
+//! one of these before it is trusted.
+//!
+//! The node's TOML config embeds [`Limits`] (serde `Deserialize` + `Default`),
+//! so each value is configurable; the defaults match memcached where memcached
+//! has a limit and are documented on each field where it does not.
+
+use serde::Deserialize;
+
+/// Longest key memcached accepts (protocol.txt "Keys"); SPEC D1.
+pub const KEY_BYTES_MAX_DEFAULT: usize = 250;
+/// memcached's default `item_size_max` (`-I 1m`); SPEC D1.
+pub const VALUE_BYTES_MAX_DEFAULT: usize = 1024 * 1024;
+/// Keys accepted in one `get`/`gets`/`gat`/`gats` line.
+pub const KEYS_PER_GET_MAX_DEFAULT: usize = 256;
+/// Longest command line, terminator included. 64 KiB holds a multi-get of
+/// [`KEYS_PER_GET_MAX_DEFAULT`] maximal keys (256 × 251 + command word).
+pub const LINE_BYTES_MAX_DEFAULT: usize = 64 * 1024;
+/// memcached rejects opaque (`O`) tokens longer than 32 bytes.
+pub const OPAQUE_BYTES_MAX: usize = 32;
+/// memcached rejects meta commands with more than this many flag tokens
+/// ("CLIENT_ERROR options flags are too long").
+pub const META_FLAGS_MAX: usize = 20;
+
+/// Bounds applied while parsing requests (server side) and replies (client side).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Longest key, in bytes (default 250, as memcached). For meta commands
+    /// with the `b` flag this bounds the base64 text as sent.
+    pub key_bytes_max: usize,
+    /// Longest command or reply line in bytes, `\r\n` included (default 64 KiB).
+    /// A longer line is answered with `CLIENT_ERROR line too long` and the
+    /// connection is closed, because the parser cannot find the next frame.
+    pub line_bytes_max: usize,
+    /// Largest value (`item_size_max`, default 1 MiB). Larger storage requests
+    /// get `SERVER_ERROR object too large for cache` and their data is swallowed.
+    pub value_bytes_max: usize,
+    /// Most keys in one multi-key retrieval (default 256); more is a
+    /// `CLIENT_ERROR too many keys`.
+    pub keys_per_get_max: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            key_bytes_max: KEY_BYTES_MAX_DEFAULT,
+            line_bytes_max: LINE_BYTES_MAX_DEFAULT,
+            value_bytes_max: VALUE_BYTES_MAX_DEFAULT,
+            keys_per_get_max: KEYS_PER_GET_MAX_DEFAULT,
+        }
+    }
+}
+
+/// A [`Limits`] that cannot work; returned by [`Limits::validate`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitsError {
+    /// A key must be at least one byte.
+    #[error("key_bytes_max must be at least 1")]
+    KeyZero,
+    /// Every limit must leave room for at least one request.
+    #[error("keys_per_get_max must be at least 1")]
+    KeysPerGetZero,
+    /// A line must hold the longest single-key command.
+    #[error("line_bytes_max ({line}) must hold a single-key command line ({needed} bytes)")]
+    LineTooShort {
+        /// Configured line limit.
+        line: usize,
+        /// Smallest acceptable line limit for the configured key limit.
+        needed: usize,
+    },
+}
+
+/// Room a single-key command line needs beyond the key: the longest command
+/// word with its numeric arguments (`cas <key> <u32> <i64> <u64> <u64> noreply\r\n`).
+const LINE_OVERHEAD_BYTES: usize = 128;
+
+impl Limits {
+    /// Checks that the limits are usable together; the node calls this at
+    /// start and refuses to run with a bad configuration.
+    pub fn validate(&self) -> Result<(), LimitsError> {
+        if self.key_bytes_max == 0 {
+            return Err(LimitsError::KeyZero);
+        }
+        if self.keys_per_get_max == 0 {
+            return Err(LimitsError::KeysPerGetZero);
+        }
+        let needed = self.key_bytes_max + LINE_OVERHEAD_BYTES;
+        if self.line_bytes_max < needed {
+            return Err(LimitsError::LineTooShort {
+                line: self.line_bytes_max,
+                needed,
+            });
+        }
+        Ok(())
+    }
+
+    /// Largest frame (line plus data block) a request can occupy; the
+    /// connection's read buffer must be able to hold this many bytes.
+    pub fn frame_bytes_max(&self) -> usize {
+        self.line_bytes_max + self.value_bytes_max + 2
+    }
+}
+
+const _: () = assert!(
+    KEYS_PER_GET_MAX_DEFAULT * (KEY_BYTES_MAX_DEFAULT + 1) + 8 <= LINE_BYTES_MAX_DEFAULT,
+    "the default line limit must hold a maximal default multi-get"
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_match_memcached() {
+        let limits = Limits::default();
+        assert_eq!(limits.validate(), Ok(()));
+        assert_eq!(limits.key_bytes_max, 250);
+        assert_eq!(limits.value_bytes_max, 1 << 20);
+    }
+
+    #[test]
+    fn validate_rejects_unusable_limits() {
+        let zero_key = Limits {
+            key_bytes_max: 0,
+            ..Limits::default()
+        };
+        assert_eq!(zero_key.validate(), Err(LimitsError::KeyZero));
+        let short_line = Limits {
+            line_bytes_max: 100,
+            ..Limits::default()
+        };
+        assert!(matches!(
+            short_line.validate(),
+            Err(LimitsError::LineTooShort { .. })
+        ));
+        let no_keys = Limits {
+            keys_per_get_max: 0,
+            ..Limits::default()
+        };
+        assert_eq!(no_keys.validate(), Err(LimitsError::KeysPerGetZero));
+    }
+}

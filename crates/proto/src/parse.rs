@@ -1,0 +1,450 @@
+//! Server direction: bytes in, one [`Request`] (or a protocol error) out.
+//!
+//! [`parse`] looks at the front of the connection's read buffer and reports
+//! one of three outcomes: a complete request and how many bytes it used, not
+//! enough bytes yet ([`Parsed::Incomplete`], a normal outcome), or a
+//! [`ProtocolError`] saying what to reply and how many bytes to drop or
+//! swallow. It never panics, never reads past `buf`, never reports more
+//! `consumed` bytes than `buf` holds, and bounds every length by [`Limits`]
+//! before trusting it. It allocates nothing: the request borrows from `buf`.
+//!
+//! Argument counts, error lines and the `noreply` rules follow memcached
+//! 1.6 (checked against memcached 1.6.18; see the tests).
+
+use memchr::memchr;
+
+use crate::error::{ClientError, ErrorReply, ProtocolError, ServerError};
+use crate::limits::Limits;
+use crate::meta;
+use crate::request::{
+    ArithmeticOp, Keys, KeysError, Request, Retrieve, StatsGroup, Store, StoreMode,
+};
+use crate::token::{Tokens, key_is_valid, parse_i64, parse_u32, parse_u64, parse_usize};
+
+/// Outcome of [`parse`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parsed<'a> {
+    /// A whole request is at the front of the buffer.
+    Complete {
+        /// The request, borrowing from the buffer.
+        request: Request<'a>,
+        /// Bytes it occupies (line and data block); drop them once the
+        /// request has been handled.
+        consumed: usize,
+    },
+    /// The frame is not complete yet: read more and call again with the
+    /// grown buffer (nothing was consumed).
+    Incomplete,
+    /// The request is malformed; see [`ProtocolError`].
+    Error(ProtocolError<'a>),
+}
+
+/// Most tokens any classic command takes (`cas` with all its arguments and
+/// `noreply`); a line with more is an `ERROR`, as in memcached.
+const CLASSIC_TOKENS_MAX: usize = 7;
+
+/// The first tokens of a line, inline.
+struct LineTokens<'a> {
+    items: [&'a [u8]; CLASSIC_TOKENS_MAX],
+    /// Tokens in the line, counted up to `CLASSIC_TOKENS_MAX + 1`.
+    count: usize,
+}
+
+impl<'a> LineTokens<'a> {
+    fn new(tokens: Tokens<'a>) -> Self {
+        let mut items: [&'a [u8]; CLASSIC_TOKENS_MAX] = [&[]; CLASSIC_TOKENS_MAX];
+        let mut count = 0;
+        for token in tokens {
+            if count < CLASSIC_TOKENS_MAX {
+                items[count] = token;
+            }
+            count += 1;
+            if count > CLASSIC_TOKENS_MAX {
+                break;
+            }
+        }
+        Self { items, count }
+    }
+
+    /// Token `i` (the first argument is 0); callers check `count` first.
+    fn get(&self, i: usize) -> &'a [u8] {
+        self.items.get(i).copied().unwrap_or_default()
+    }
+
+    /// memcached's `set_noreply_maybe`: the last token is `noreply`.
+    fn noreply(&self) -> bool {
+        self.count > 0 && self.count <= CLASSIC_TOKENS_MAX && self.get(self.count - 1) == b"noreply"
+    }
+}
+
+/// Parses the request at the front of `buf`.
+pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
+    let window = &buf[..buf.len().min(limits.line_bytes_max)];
+    let Some(newline) = memchr(b'\n', window) else {
+        if buf.len() >= limits.line_bytes_max {
+            return Parsed::Error(ProtocolError {
+                close: true,
+                ..ProtocolError::line(ErrorReply::Client(ClientError::LineTooLong), buf.len())
+            });
+        }
+        return Parsed::Incomplete;
+    };
+    let line_len = newline + 1;
+    let line = match &buf[..newline] {
+        [head @ .., b'\r'] => head,
+        whole => whole,
+    };
+    let mut tokens = Tokens::new(line);
+    let Some(command) = tokens.next() else {
+        return error(ErrorReply::Error, line_len);
+    };
+    let cx = Context {
+        buf,
+        line_len,
+        limits,
+    };
+    match command {
+        b"get" => cx.retrieve(tokens, false, false),
+        b"gets" => cx.retrieve(tokens, true, false),
+        b"gat" => cx.retrieve(tokens, false, true),
+        b"gats" => cx.retrieve(tokens, true, true),
+        b"set" => cx.store(tokens, Mode::Set),
+        b"add" => cx.store(tokens, Mode::Add),
+        b"replace" => cx.store(tokens, Mode::Replace),
+        b"append" => cx.store(tokens, Mode::Append),
+        b"prepend" => cx.store(tokens, Mode::Prepend),
+        b"cas" => cx.store(tokens, Mode::Cas),
+        b"delete" => cx.delete(tokens),
+        b"incr" => cx.arithmetic(tokens, ArithmeticOp::Incr),
+        b"decr" => cx.arithmetic(tokens, ArithmeticOp::Decr),
+        b"touch" => cx.touch(tokens),
+        b"flush_all" => cx.flush_all(tokens),
+        b"version" => cx.complete(Request::Version),
+        b"verbosity" => cx.verbosity(tokens),
+        b"stats" => {
+            let args = trim_end(tokens.remainder());
+            cx.complete(Request::Stats(StatsGroup::from_args(args)))
+        }
+        b"quit" => cx.complete(Request::Quit),
+        b"shutdown" => cx.shutdown(tokens),
+        b"mg" | b"md" | b"ma" | b"me" => cx.meta_keyed(command, tokens),
+        b"ms" => cx.meta_set(tokens),
+        b"mn" => cx.complete(Request::MetaNoop),
+        _ => error(ErrorReply::Error, line_len),
+    }
+}
+
+fn trim_end(bytes: &[u8]) -> &[u8] {
+    let end = bytes.iter().rposition(|&b| b != b' ').map_or(0, |i| i + 1);
+    &bytes[..end]
+}
+
+fn error(reply: ErrorReply, consumed: usize) -> Parsed<'static> {
+    Parsed::Error(ProtocolError::line(reply, consumed))
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Set,
+    Add,
+    Replace,
+    Append,
+    Prepend,
+    Cas,
+}
+
+/// What every command parser needs: the buffer, where the line ends, limits.
+struct Context<'a, 'l> {
+    buf: &'a [u8],
+    line_len: usize,
+    limits: &'l Limits,
+}
+
+impl<'a> Context<'a, '_> {
+    fn complete(&self, request: Request<'a>) -> Parsed<'a> {
+        Parsed::Complete {
+            request,
+            consumed: self.line_len,
+        }
+    }
+
+    fn client_error(&self, e: ClientError, noreply: bool) -> Parsed<'a> {
+        Parsed::Error(ProtocolError {
+            noreply,
+            ..ProtocolError::line(ErrorReply::Client(e), self.line_len)
+        })
+    }
+
+    fn key_ok(&self, key: &[u8]) -> bool {
+        key_is_valid(key, self.limits.key_bytes_max)
+    }
+
+    fn retrieve(&self, mut tokens: Tokens<'a>, return_cas: bool, touch: bool) -> Parsed<'a> {
+        let touch_exptime = if touch {
+            let Some(token) = tokens.next() else {
+                return error(ErrorReply::Error, self.line_len);
+            };
+            match parse_i64(token) {
+                Some(exptime) => Some(exptime),
+                None => return self.client_error(ClientError::InvalidExptime, false),
+            }
+        } else {
+            None
+        };
+        let keys = match Keys::new(
+            tokens.remainder(),
+            self.limits.key_bytes_max,
+            self.limits.keys_per_get_max,
+        ) {
+            Ok(keys) => keys,
+            Err(KeysError::Empty) => return error(ErrorReply::Error, self.line_len),
+            Err(KeysError::InvalidKey) => {
+                return self.client_error(ClientError::BadCommandLineFormat, false);
+            }
+            Err(KeysError::TooMany) => return self.client_error(ClientError::TooManyKeys, false),
+        };
+        self.complete(Request::Retrieve(Retrieve {
+            return_cas,
+            touch_exptime,
+            keys,
+        }))
+    }
+
+    fn store(&self, tokens: Tokens<'a>, mode: Mode) -> Parsed<'a> {
+        let t = LineTokens::new(tokens);
+        let arguments = if mode == Mode::Cas { 5 } else { 4 };
+        // memcached takes exactly the arguments plus one optional token,
+        // which means noreply when it says so and is ignored otherwise.
+        if t.count != arguments && t.count != arguments + 1 {
+            return error(ErrorReply::Error, self.line_len);
+        }
+        let noreply = t.count == arguments + 1 && t.get(arguments) == b"noreply";
+        let bad_line = || self.client_error(ClientError::BadCommandLineFormat, noreply);
+        let key = t.get(0);
+        if !self.key_ok(key) {
+            return bad_line();
+        }
+        let (Some(flags), Some(exptime), Some(len)) = (
+            parse_u32(t.get(1)),
+            parse_i64(t.get(2)),
+            parse_usize(t.get(3)),
+        ) else {
+            return bad_line();
+        };
+        let store_mode = match mode {
+            Mode::Set => StoreMode::Set,
+            Mode::Add => StoreMode::Add,
+            Mode::Replace => StoreMode::Replace,
+            Mode::Append => StoreMode::Append,
+            Mode::Prepend => StoreMode::Prepend,
+            Mode::Cas => match parse_u64(t.get(4)) {
+                Some(unique) => StoreMode::Cas { unique },
+                None => return bad_line(),
+            },
+        };
+        if len > self.limits.value_bytes_max {
+            return Parsed::Error(ProtocolError {
+                swallow: len.saturating_add(2),
+                noreply,
+                failed_set_key: (mode == Mode::Set).then_some(key),
+                ..ProtocolError::line(
+                    ErrorReply::Server(ServerError::ObjectTooLarge),
+                    self.line_len,
+                )
+            });
+        }
+        self.data_block(len, noreply, |value| {
+            Request::Store(Store {
+                mode: store_mode,
+                key,
+                flags,
+                exptime,
+                value,
+                noreply,
+            })
+        })
+    }
+
+    /// The `len`-byte data block after the line and its `\r\n` terminator;
+    /// `len` is already bounded by the value limit.
+    fn data_block(
+        &self,
+        len: usize,
+        noreply: bool,
+        request: impl FnOnce(&'a [u8]) -> Request<'a>,
+    ) -> Parsed<'a> {
+        let end = self.line_len + len;
+        let consumed = end + 2;
+        let Some(frame) = self.buf.get(..consumed) else {
+            return Parsed::Incomplete;
+        };
+        if &frame[end..] != b"\r\n" {
+            // memcached reads exactly len + 2 bytes, then rejects them.
+            return Parsed::Error(ProtocolError {
+                noreply,
+                ..ProtocolError::line(ErrorReply::Client(ClientError::BadDataChunk), consumed)
+            });
+        }
+        Parsed::Complete {
+            request: request(&frame[self.line_len..end]),
+            consumed,
+        }
+    }
+
+    fn delete(&self, tokens: Tokens<'a>) -> Parsed<'a> {
+        let t = LineTokens::new(tokens);
+        if !(1..=3).contains(&t.count) {
+            return error(ErrorReply::Error, self.line_len);
+        }
+        let noreply = t.noreply();
+        let key = t.get(0);
+        if !self.key_ok(key) {
+            return self.client_error(ClientError::BadCommandLineFormat, noreply);
+        }
+        if t.count > 1 {
+            let hold_is_zero = t.get(1) == b"0";
+            let valid = (t.count == 2 && (hold_is_zero || noreply))
+                || (t.count == 3 && hold_is_zero && noreply);
+            if !valid {
+                return self.client_error(ClientError::BadDeleteFormat, noreply);
+            }
+        }
+        self.complete(Request::Delete { key, noreply })
+    }
+
+    fn arithmetic(&self, tokens: Tokens<'a>, op: ArithmeticOp) -> Parsed<'a> {
+        let t = LineTokens::new(tokens);
+        if t.count != 2 && t.count != 3 {
+            return error(ErrorReply::Error, self.line_len);
+        }
+        let noreply = t.count == 3 && t.get(2) == b"noreply";
+        let key = t.get(0);
+        if !self.key_ok(key) {
+            return self.client_error(ClientError::BadCommandLineFormat, noreply);
+        }
+        let Some(delta) = parse_u64(t.get(1)) else {
+            return self.client_error(ClientError::InvalidDelta, noreply);
+        };
+        self.complete(Request::Arithmetic {
+            op,
+            key,
+            delta,
+            noreply,
+        })
+    }
+
+    fn touch(&self, tokens: Tokens<'a>) -> Parsed<'a> {
+        let t = LineTokens::new(tokens);
+        if t.count != 2 && t.count != 3 {
+            return error(ErrorReply::Error, self.line_len);
+        }
+        let noreply = t.count == 3 && t.get(2) == b"noreply";
+        let key = t.get(0);
+        if !self.key_ok(key) {
+            return self.client_error(ClientError::BadCommandLineFormat, noreply);
+        }
+        let Some(exptime) = parse_i64(t.get(1)) else {
+            return self.client_error(ClientError::InvalidExptime, noreply);
+        };
+        self.complete(Request::Touch {
+            key,
+            exptime,
+            noreply,
+        })
+    }
+
+    fn flush_all(&self, tokens: Tokens<'a>) -> Parsed<'a> {
+        let t = LineTokens::new(tokens);
+        if t.count > 2 {
+            return error(ErrorReply::Error, self.line_len);
+        }
+        let noreply = t.noreply();
+        let delay = if t.count == 0 || (t.count == 1 && noreply) {
+            None
+        } else {
+            match parse_i64(t.get(0)) {
+                Some(delay) => Some(delay),
+                None => return self.client_error(ClientError::InvalidExptime, noreply),
+            }
+        };
+        self.complete(Request::FlushAll { delay, noreply })
+    }
+
+    fn verbosity(&self, tokens: Tokens<'a>) -> Parsed<'a> {
+        let t = LineTokens::new(tokens);
+        if t.count != 1 && t.count != 2 {
+            return error(ErrorReply::Error, self.line_len);
+        }
+        let noreply = t.noreply();
+        let Some(level) = parse_u32(t.get(0)) else {
+            return self.client_error(ClientError::BadCommandLineFormat, noreply);
+        };
+        self.complete(Request::Verbosity { level, noreply })
+    }
+
+    fn shutdown(&self, tokens: Tokens<'a>) -> Parsed<'a> {
+        let t = LineTokens::new(tokens);
+        match (t.count, t.get(0)) {
+            (0, _) => self.complete(Request::Shutdown { graceful: false }),
+            (1, b"graceful") => self.complete(Request::Shutdown { graceful: true }),
+            _ => error(ErrorReply::Error, self.line_len),
+        }
+    }
+
+    /// `mg`, `md`, `ma`, `me`: a key, then flags, no data block.
+    fn meta_keyed(&self, command: &[u8], mut tokens: Tokens<'a>) -> Parsed<'a> {
+        let Some(key) = tokens.next() else {
+            return if command == b"me" {
+                self.client_error(ClientError::BadCommandLineFormat, false)
+            } else {
+                error(ErrorReply::Error, self.line_len)
+            };
+        };
+        if !self.key_ok(key) {
+            return self.client_error(ClientError::BadCommandLineFormat, false);
+        }
+        let request = match command {
+            b"mg" => meta::parse_get_flags(tokens, key)
+                .map(|(key, flags)| Request::MetaGet { key, flags }),
+            b"md" => meta::parse_delete_flags(tokens, key)
+                .map(|(key, flags)| Request::MetaDelete { key, flags }),
+            b"ma" => meta::parse_arithmetic_flags(tokens, key)
+                .map(|(key, flags)| Request::MetaArithmetic { key, flags }),
+            _ => meta::parse_debug_key(tokens, key).map(|key| Request::MetaDebug { key }),
+        };
+        match request {
+            Ok(request) => self.complete(request),
+            // Meta errors are always sent, even with `q`.
+            Err(e) => self.client_error(e, false),
+        }
+    }
+
+    fn meta_set(&self, mut tokens: Tokens<'a>) -> Parsed<'a> {
+        let Some(key) = tokens.next() else {
+            return error(ErrorReply::Error, self.line_len);
+        };
+        let bad_line = || self.client_error(ClientError::BadCommandLineFormat, false);
+        if !self.key_ok(key) {
+            return bad_line();
+        }
+        let Some(len) = tokens.next().and_then(parse_usize) else {
+            return bad_line();
+        };
+        // From here on the data block length is known, so every error also
+        // swallows the data block, as memcached does.
+        let swallow = |reply: ErrorReply| {
+            Parsed::Error(ProtocolError {
+                swallow: len.saturating_add(2),
+                ..ProtocolError::line(reply, self.line_len)
+            })
+        };
+        if len > self.limits.value_bytes_max {
+            return swallow(ErrorReply::Server(ServerError::ObjectTooLarge));
+        }
+        let (key, flags) = match meta::parse_set_flags(tokens, key) {
+            Ok(parsed) => parsed,
+            Err(e) => return swallow(ErrorReply::Client(e)),
+        };
+        self.data_block(len, false, |value| Request::MetaSet { key, value, flags })
+    }
+}

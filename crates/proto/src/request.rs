@@ -1,0 +1,468 @@
+//! Requests: the typed form of every command line (and data block) a client
+//! can send, borrowing keys and values from the read buffer, and their
+//! encoding back to bytes for the client direction (load generator, forwarder).
+//!
+//! A [`Request`] produced by [`crate::parse`] is always valid: keys are within
+//! the limits and contain no control bytes, counts are bounded. A hand-built
+//! request is encoded as given; [`Request::encode`] does not validate.
+
+use crate::meta::{MetaArithmeticFlags, MetaDeleteFlags, MetaGetFlags, MetaKey, MetaSetFlags};
+use crate::token::{Tokens, key_is_valid, write_i64, write_u64};
+
+/// One client request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Request<'a> {
+    /// `get`, `gets`, `gat`, `gats`.
+    Retrieve(Retrieve<'a>),
+    /// `set`, `add`, `replace`, `append`, `prepend`, `cas`.
+    Store(Store<'a>),
+    /// `delete <key> [0] [noreply]` (the legacy `0` hold time is accepted).
+    Delete {
+        /// The key.
+        key: &'a [u8],
+        /// Suppress the reply.
+        noreply: bool,
+    },
+    /// `incr`/`decr <key> <delta> [noreply]`.
+    Arithmetic {
+        /// Increment or decrement.
+        op: ArithmeticOp,
+        /// The key.
+        key: &'a [u8],
+        /// Unsigned 64-bit delta.
+        delta: u64,
+        /// Suppress the reply.
+        noreply: bool,
+    },
+    /// `touch <key> <exptime> [noreply]`.
+    Touch {
+        /// The key.
+        key: &'a [u8],
+        /// New expiry (SPEC D3 semantics).
+        exptime: i64,
+        /// Suppress the reply.
+        noreply: bool,
+    },
+    /// `flush_all [delay] [noreply]`.
+    FlushAll {
+        /// Seconds (or absolute unix time) before the flush takes effect.
+        delay: Option<i64>,
+        /// Suppress the reply.
+        noreply: bool,
+    },
+    /// `version`.
+    Version,
+    /// `verbosity <level> [noreply]`: accepted and ignored by cellcache.
+    Verbosity {
+        /// Requested level.
+        level: u32,
+        /// Suppress the reply.
+        noreply: bool,
+    },
+    /// `stats [group]`.
+    Stats(StatsGroup<'a>),
+    /// `quit`: close the connection without a reply.
+    Quit,
+    /// `shutdown [graceful]`: the node decides whether it is allowed.
+    Shutdown {
+        /// `shutdown graceful`.
+        graceful: bool,
+    },
+    /// `mg <key> <flags>*`.
+    MetaGet {
+        /// The key.
+        key: MetaKey<'a>,
+        /// The flags.
+        flags: MetaGetFlags<'a>,
+    },
+    /// `ms <key> <datalen> <flags>*` and its data block.
+    MetaSet {
+        /// The key.
+        key: MetaKey<'a>,
+        /// The data block, without its `\r\n`.
+        value: &'a [u8],
+        /// The flags.
+        flags: MetaSetFlags<'a>,
+    },
+    /// `md <key> <flags>*`.
+    MetaDelete {
+        /// The key.
+        key: MetaKey<'a>,
+        /// The flags.
+        flags: MetaDeleteFlags<'a>,
+    },
+    /// `ma <key> <flags>*`.
+    MetaArithmetic {
+        /// The key.
+        key: MetaKey<'a>,
+        /// The flags.
+        flags: MetaArithmeticFlags<'a>,
+    },
+    /// `mn`: reply `MN` (marks the end of a pipeline of quiet commands).
+    MetaNoop,
+    /// `me <key> [b]`: human-readable item metadata.
+    MetaDebug {
+        /// The key.
+        key: MetaKey<'a>,
+    },
+}
+
+/// A retrieval: `get` = no cas, no touch; `gets` = cas; `gat` = touch;
+/// `gats` = cas + touch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retrieve<'a> {
+    /// Return CAS values (`gets`, `gats`).
+    pub return_cas: bool,
+    /// Touch each hit with this exptime (`gat`, `gats`).
+    pub touch_exptime: Option<i64>,
+    /// One or more keys.
+    pub keys: Keys<'a>,
+}
+
+impl Retrieve<'_> {
+    /// The command word.
+    pub fn command(&self) -> &'static str {
+        match (self.return_cas, self.touch_exptime.is_some()) {
+            (false, false) => "get",
+            (true, false) => "gets",
+            (false, true) => "gat",
+            (true, true) => "gats",
+        }
+    }
+}
+
+/// The keys of a multi-key retrieval: a borrowed slice of the request line,
+/// split on demand, so a `get` with many keys allocates nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keys<'a> {
+    text: &'a [u8],
+    count: usize,
+}
+
+/// Why [`Keys::new`] refused a key list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum KeysError {
+    /// No key at all.
+    #[error("no keys")]
+    Empty,
+    /// A key is empty, too long or contains a control byte.
+    #[error("invalid key")]
+    InvalidKey,
+    /// More keys than allowed.
+    #[error("too many keys")]
+    TooMany,
+}
+
+impl<'a> Keys<'a> {
+    /// Keys from space-separated `text` (the part of a retrieval line after
+    /// the command and exptime), validated against the limits.
+    pub fn new(text: &'a [u8], key_bytes_max: usize, count_max: usize) -> Result<Self, KeysError> {
+        let mut count = 0;
+        for key in Tokens::new(text) {
+            if !key_is_valid(key, key_bytes_max) {
+                return Err(KeysError::InvalidKey);
+            }
+            count += 1;
+            if count > count_max {
+                return Err(KeysError::TooMany);
+            }
+        }
+        if count == 0 {
+            return Err(KeysError::Empty);
+        }
+        Ok(Self { text, count })
+    }
+
+    /// Number of keys (at least one).
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Always false: a retrieval has at least one key.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The keys in request order (duplicates kept, as memcached answers each).
+    pub fn iter(&self) -> Tokens<'a> {
+        Tokens::new(self.text)
+    }
+
+    /// The first key (for routing single-key gets without iterating).
+    pub fn first(&self) -> &'a [u8] {
+        self.iter().next().unwrap_or_default()
+    }
+}
+
+impl<'a> IntoIterator for Keys<'a> {
+    type Item = &'a [u8];
+    type IntoIter = Tokens<'a>;
+    fn into_iter(self) -> Tokens<'a> {
+        self.iter()
+    }
+}
+
+/// A storage command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Store<'a> {
+    /// Which command.
+    pub mode: StoreMode,
+    /// The key.
+    pub key: &'a [u8],
+    /// Opaque 32-bit client flags.
+    pub flags: u32,
+    /// Expiry (SPEC D3 semantics).
+    pub exptime: i64,
+    /// The data block, without its `\r\n`.
+    pub value: &'a [u8],
+    /// Suppress the reply.
+    pub noreply: bool,
+}
+
+/// Which storage command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StoreMode {
+    /// `set`: store unconditionally.
+    Set,
+    /// `add`: store only if absent.
+    Add,
+    /// `replace`: store only if present.
+    Replace,
+    /// `append`: add after the existing data (flags and exptime ignored).
+    Append,
+    /// `prepend`: add before the existing data (flags and exptime ignored).
+    Prepend,
+    /// `cas`: store only if the item's CAS equals `unique`.
+    Cas {
+        /// The CAS value from `gets`.
+        unique: u64,
+    },
+}
+
+impl StoreMode {
+    /// The command word.
+    pub const fn command(&self) -> &'static str {
+        match self {
+            StoreMode::Set => "set",
+            StoreMode::Add => "add",
+            StoreMode::Replace => "replace",
+            StoreMode::Append => "append",
+            StoreMode::Prepend => "prepend",
+            StoreMode::Cas { .. } => "cas",
+        }
+    }
+}
+
+/// `incr` or `decr`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ArithmeticOp {
+    /// `incr`: wraps at 2^64.
+    Incr,
+    /// `decr`: stops at 0.
+    Decr,
+}
+
+/// The argument of `stats`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatsGroup<'a> {
+    /// `stats`.
+    General,
+    /// `stats settings`.
+    Settings,
+    /// `stats items`.
+    Items,
+    /// `stats slabs`.
+    Slabs,
+    /// `stats sizes`.
+    Sizes,
+    /// `stats conns`.
+    Conns,
+    /// `stats reset`.
+    Reset,
+    /// Anything else, as sent (everything after `stats `); the node
+    /// answers it or replies `ERROR` as memcached does for unknown groups.
+    Other(&'a [u8]),
+}
+
+impl<'a> StatsGroup<'a> {
+    pub(crate) fn from_args(args: &'a [u8]) -> Self {
+        match args {
+            b"" => StatsGroup::General,
+            b"settings" => StatsGroup::Settings,
+            b"items" => StatsGroup::Items,
+            b"slabs" => StatsGroup::Slabs,
+            b"sizes" => StatsGroup::Sizes,
+            b"conns" => StatsGroup::Conns,
+            b"reset" => StatsGroup::Reset,
+            other => StatsGroup::Other(other),
+        }
+    }
+
+    fn args(&self) -> &'a [u8] {
+        match self {
+            StatsGroup::General => b"",
+            StatsGroup::Settings => b"settings",
+            StatsGroup::Items => b"items",
+            StatsGroup::Slabs => b"slabs",
+            StatsGroup::Sizes => b"sizes",
+            StatsGroup::Conns => b"conns",
+            StatsGroup::Reset => b"reset",
+            StatsGroup::Other(args) => args,
+        }
+    }
+}
+
+fn noreply(out: &mut Vec<u8>, on: bool) {
+    if on {
+        out.extend_from_slice(b" noreply");
+    }
+}
+
+impl Request<'_> {
+    /// The key a single-key request addresses (`None` for multi-key
+    /// retrievals and keyless commands). For meta commands it is the wire
+    /// form; see [`MetaKey::binary`].
+    pub fn key(&self) -> Option<&[u8]> {
+        match self {
+            Request::Store(s) => Some(s.key),
+            Request::Delete { key, .. }
+            | Request::Arithmetic { key, .. }
+            | Request::Touch { key, .. } => Some(key),
+            Request::MetaGet { key, .. }
+            | Request::MetaSet { key, .. }
+            | Request::MetaDelete { key, .. }
+            | Request::MetaArithmetic { key, .. }
+            | Request::MetaDebug { key } => Some(key.wire),
+            _ => None,
+        }
+    }
+
+    /// Appends the request's wire form (line, and data block for storage
+    /// commands), as a client sends it.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Request::Retrieve(r) => {
+                out.extend_from_slice(r.command().as_bytes());
+                if let Some(exptime) = r.touch_exptime {
+                    out.push(b' ');
+                    write_i64(out, exptime);
+                }
+                for key in r.keys.iter() {
+                    out.push(b' ');
+                    out.extend_from_slice(key);
+                }
+            }
+            Request::Store(s) => {
+                out.extend_from_slice(s.mode.command().as_bytes());
+                out.push(b' ');
+                out.extend_from_slice(s.key);
+                out.push(b' ');
+                write_u64(out, u64::from(s.flags));
+                out.push(b' ');
+                write_i64(out, s.exptime);
+                out.push(b' ');
+                write_u64(out, s.value.len() as u64);
+                if let StoreMode::Cas { unique } = s.mode {
+                    out.push(b' ');
+                    write_u64(out, unique);
+                }
+                noreply(out, s.noreply);
+                out.extend_from_slice(b"\r\n");
+                out.extend_from_slice(s.value);
+            }
+            Request::Delete { key, noreply: nr } => {
+                out.extend_from_slice(b"delete ");
+                out.extend_from_slice(key);
+                noreply(out, *nr);
+            }
+            Request::Arithmetic {
+                op,
+                key,
+                delta,
+                noreply: nr,
+            } => {
+                out.extend_from_slice(match op {
+                    ArithmeticOp::Incr => b"incr ",
+                    ArithmeticOp::Decr => b"decr ",
+                });
+                out.extend_from_slice(key);
+                out.push(b' ');
+                write_u64(out, *delta);
+                noreply(out, *nr);
+            }
+            Request::Touch {
+                key,
+                exptime,
+                noreply: nr,
+            } => {
+                out.extend_from_slice(b"touch ");
+                out.extend_from_slice(key);
+                out.push(b' ');
+                write_i64(out, *exptime);
+                noreply(out, *nr);
+            }
+            Request::FlushAll { delay, noreply: nr } => {
+                out.extend_from_slice(b"flush_all");
+                if let Some(delay) = delay {
+                    out.push(b' ');
+                    write_i64(out, *delay);
+                }
+                noreply(out, *nr);
+            }
+            Request::Version => out.extend_from_slice(b"version"),
+            Request::Verbosity { level, noreply: nr } => {
+                out.extend_from_slice(b"verbosity ");
+                write_u64(out, u64::from(*level));
+                noreply(out, *nr);
+            }
+            Request::Stats(group) => {
+                out.extend_from_slice(b"stats");
+                let args = group.args();
+                if !args.is_empty() {
+                    out.push(b' ');
+                    out.extend_from_slice(args);
+                }
+            }
+            Request::Quit => out.extend_from_slice(b"quit"),
+            Request::Shutdown { graceful } => {
+                out.extend_from_slice(b"shutdown");
+                if *graceful {
+                    out.extend_from_slice(b" graceful");
+                }
+            }
+            Request::MetaGet { key, flags } => {
+                out.extend_from_slice(b"mg ");
+                out.extend_from_slice(key.wire);
+                flags.encode(key.base64, out);
+            }
+            Request::MetaSet { key, value, flags } => {
+                out.extend_from_slice(b"ms ");
+                out.extend_from_slice(key.wire);
+                out.push(b' ');
+                write_u64(out, value.len() as u64);
+                flags.encode(key.base64, out);
+                out.extend_from_slice(b"\r\n");
+                out.extend_from_slice(value);
+            }
+            Request::MetaDelete { key, flags } => {
+                out.extend_from_slice(b"md ");
+                out.extend_from_slice(key.wire);
+                flags.encode(key.base64, out);
+            }
+            Request::MetaArithmetic { key, flags } => {
+                out.extend_from_slice(b"ma ");
+                out.extend_from_slice(key.wire);
+                flags.encode(key.base64, out);
+            }
+            Request::MetaNoop => out.extend_from_slice(b"mn"),
+            Request::MetaDebug { key } => {
+                out.extend_from_slice(b"me ");
+                out.extend_from_slice(key.wire);
+                if key.base64 {
+                    out.extend_from_slice(b" b");
+                }
+            }
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+}
