@@ -23,6 +23,15 @@ pub struct ServeArgs {
     /// Maximum simultaneous connections.
     #[arg(short = 'c', long, value_name = "MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
+    /// Memory for items, in megabytes (arena + index, preallocated at start).
+    #[arg(short = 'm', long, value_name = "MEGABYTES")]
+    pub memory_limit: Option<usize>,
+    /// Largest item (key + value + header), e.g. 1m, 512k; raises the slab size if needed.
+    #[arg(short = 'I', long, value_name = "SIZE", value_parser = parse_size)]
+    pub max_item_size: Option<usize>,
+    /// Allow the `shutdown` command (memcached -A).
+    #[arg(short = 'A', long)]
+    pub enable_shutdown: bool,
     /// I/O engine: auto, epoll.
     #[arg(long, value_name = "ENGINE")]
     pub io_engine: Option<IoEngineKind>,
@@ -38,6 +47,22 @@ pub struct ServeArgs {
     /// More verbose logs (-v debug, -vv trace), like memcached's -v.
     #[arg(short = 'v', action = clap::ArgAction::Count)]
     pub verbose: u8,
+}
+
+/// memcached's size syntax: bytes, or with a k/m/g suffix (powers of 1024).
+fn parse_size(s: &str) -> Result<usize, String> {
+    let lower = s.trim().to_ascii_lowercase();
+    let (digits, shift) = match lower.as_bytes().last() {
+        Some(b'k') => (&lower[..lower.len() - 1], 10),
+        Some(b'm') => (&lower[..lower.len() - 1], 20),
+        Some(b'g') => (&lower[..lower.len() - 1], 30),
+        _ => (&lower[..], 0),
+    };
+    let n: usize = digits
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (e.g. 1048576, 512k, 1m)"))?;
+    n.checked_mul(1 << shift)
+        .ok_or_else(|| format!("{s:?} is too large"))
 }
 
 fn parse_log_format(s: &str) -> Result<LogFormat, String> {
@@ -66,6 +91,24 @@ impl ServeArgs {
         }
         if let Some(v) = self.max_connections {
             c.io.max_connections = v;
+        }
+        if let Some(mb) = self.memory_limit {
+            c.store.memory_limit_bytes =
+                mb.checked_mul(1 << 20).context("memory limit overflows")?;
+        }
+        if let Some(item) = self.max_item_size {
+            // As memcached's -I: the whole item (header and key included) fits `item`, and
+            // a slab holds at least one such item.
+            let reserve = cellcache_store::ITEM_HEADER_RESERVE_BYTES;
+            anyhow::ensure!(
+                item > reserve,
+                "-I {item} is below the item header reserve {reserve}"
+            );
+            c.store.item_size_max_bytes = item - reserve;
+            c.store.slab_size_bytes = c.store.slab_size_bytes.max(item);
+        }
+        if self.enable_shutdown {
+            c.server.shutdown_command = true;
         }
         if let Some(v) = self.idle_timeout {
             c.io.idle_timeout_secs = v;
@@ -114,8 +157,8 @@ fn init_logging(config: &NodeConfig) -> anyhow::Result<()> {
 /// SIGTERM/SIGINT start a graceful shutdown; a second one exits at once.
 fn watch_signals(shutdown: cellcache_io::Shutdown) -> anyhow::Result<()> {
     use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals =
-        signal_hook::iterator::Signals::new([SIGTERM, SIGINT]).context("installing signal handlers")?;
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
+        .context("installing signal handlers")?;
     std::thread::Builder::new()
         .name("cellcache-signals".into())
         .spawn(move || {
@@ -130,4 +173,18 @@ fn watch_signals(shutdown: cellcache_io::Shutdown) -> anyhow::Result<()> {
         })
         .context("starting signal thread")?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_parse_like_memcached() {
+        assert_eq!(parse_size("1m"), Ok(1 << 20));
+        assert_eq!(parse_size("512K"), Ok(512 << 10));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("12q").is_err());
+        assert!(parse_size("99999999999999999g").is_err());
+    }
 }

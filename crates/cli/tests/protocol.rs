@@ -47,15 +47,24 @@ fn storage_commands() {
         (b"append nope 0 0 1\r\nz\r\n", b"NOT_STORED\r\n"),
         (b"prepend nope 0 0 1\r\nz\r\n", b"NOT_STORED\r\n"),
         // multi-key get skips misses, keeps order
-        (b"get a nope b\r\n", b"VALUE a 5 7\r\n__abcde\r\nVALUE b 7 3\r\nBBB\r\nEND\r\n"),
+        (
+            b"get a nope b\r\n",
+            b"VALUE a 5 7\r\n__abcde\r\nVALUE b 7 3\r\nBBB\r\nEND\r\n",
+        ),
         // delete
         (b"delete b\r\n", b"DELETED\r\n"),
         (b"delete b\r\n", b"NOT_FOUND\r\n"),
         (b"get b\r\n", b"END\r\n"),
         // noreply is silent, the next command answers
-        (b"set q 0 0 1 noreply\r\nq\r\nget q\r\n", b"VALUE q 0 1\r\nq\r\nEND\r\n"),
+        (
+            b"set q 0 0 1 noreply\r\nq\r\nget q\r\n",
+            b"VALUE q 0 1\r\nq\r\nEND\r\n",
+        ),
         (b"delete q noreply\r\nget q\r\n", b"END\r\n"),
-        (b"add q 0 0 1 noreply\r\n1\r\nappend q 0 0 1 noreply\r\n2\r\nget q\r\n", b"VALUE q 0 2\r\n12\r\nEND\r\n"),
+        (
+            b"add q 0 0 1 noreply\r\n1\r\nappend q 0 0 1 noreply\r\n2\r\nget q\r\n",
+            b"VALUE q 0 2\r\n12\r\nEND\r\n",
+        ),
     ];
     for (req, want) in steps {
         c.roundtrip(req, want);
@@ -73,13 +82,22 @@ fn cas_command() {
         format!("cas k 3 0 2 {}\r\nv2\r\n", cas + 1000).as_bytes(),
         b"EXISTS\r\n",
     );
-    c.roundtrip(format!("cas k 3 0 2 {cas}\r\nv2\r\n").as_bytes(), b"STORED\r\n");
+    c.roundtrip(
+        format!("cas k 3 0 2 {cas}\r\nv2\r\n").as_bytes(),
+        b"STORED\r\n",
+    );
     c.roundtrip(b"get k\r\n", b"VALUE k 3 2\r\nv2\r\nEND\r\n");
     let cas2 = cas_of(&mut c, "k");
     assert_ne!(cas, cas2, "a write changes the CAS unique");
     // The old CAS no longer matches.
-    c.roundtrip(format!("cas k 0 0 2 {cas}\r\nv3\r\n").as_bytes(), b"EXISTS\r\n");
-    c.roundtrip(format!("cas k 0 0 2 {cas2} noreply\r\nv3\r\nget k\r\n").as_bytes(), b"VALUE k 0 2\r\nv3\r\nEND\r\n");
+    c.roundtrip(
+        format!("cas k 0 0 2 {cas}\r\nv3\r\n").as_bytes(),
+        b"EXISTS\r\n",
+    );
+    c.roundtrip(
+        format!("cas k 0 0 2 {cas2} noreply\r\nv3\r\nget k\r\n").as_bytes(),
+        b"VALUE k 0 2\r\nv3\r\nEND\r\n",
+    );
     // gets on several keys returns each CAS
     c.send(b"gets k k\r\n");
     let a = c.line();
@@ -99,7 +117,10 @@ fn incr_decr() {
         (b"set n 0 0 2\r\n10\r\n", b"STORED\r\n"),
         (b"incr n 5\r\n", b"15\r\n"),
         (b"decr n 20\r\n", b"0\r\n"),
-        (b"incr n 18446744073709551615\r\n", b"18446744073709551615\r\n"),
+        (
+            b"incr n 18446744073709551615\r\n",
+            b"18446744073709551615\r\n",
+        ),
         (b"incr n 2\r\n", b"1\r\n"),
         (b"decr n 1\r\n", b"0\r\n"),
         (b"set big 0 0 3\r\n100\r\n", b"STORED\r\n"),
@@ -107,10 +128,19 @@ fn incr_decr() {
         // memcached keeps the old length when a decr shortens the number (space-padded)
         (b"get big\r\n", b"VALUE big 0 3\r\n99 \r\nEND\r\n"),
         (b"set t 0 0 3\r\nabc\r\n", b"STORED\r\n"),
-        (b"incr t 1\r\n", b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"),
-        (b"incr n abc\r\n", b"CLIENT_ERROR invalid numeric delta argument\r\n"),
+        (
+            b"incr t 1\r\n",
+            b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n",
+        ),
+        (
+            b"incr n abc\r\n",
+            b"CLIENT_ERROR invalid numeric delta argument\r\n",
+        ),
         // after the wrap the value is still 20 bytes long: "1" padded with spaces
-        (b"incr n 1 noreply\r\nget n\r\n", b"VALUE n 0 20\r\n1                   \r\nEND\r\n"),
+        (
+            b"incr n 1 noreply\r\nget n\r\n",
+            b"VALUE n 0 20\r\n1                   \r\nEND\r\n",
+        ),
     ];
     for (req, want) in steps {
         c.roundtrip(req, want);
@@ -202,9 +232,15 @@ fn errors_keep_the_connection_usable() {
         (b"\r\n", b"ERROR\r\n"),
         (b"get\r\n", b"ERROR\r\n"),
         (b"set x 0 0\r\n", b"ERROR\r\n"),
-        (b"set x 0 0 notanumber\r\n", b"CLIENT_ERROR bad command line format\r\n"),
+        (
+            b"set x 0 0 notanumber\r\n",
+            b"CLIENT_ERROR bad command line format\r\n",
+        ),
         // data block longer than announced
-        (b"set x 0 0 1\r\nabc\r\n", b"CLIENT_ERROR bad data chunk\r\nERROR\r\n"),
+        (
+            b"set x 0 0 1\r\nabc\r\n",
+            b"CLIENT_ERROR bad data chunk\r\nERROR\r\n",
+        ),
         (b"set ok 0 0 1\r\nv\r\n", b"STORED\r\n"),
     ];
     for (req, want) in steps {
@@ -248,12 +284,20 @@ fn pipelined_requests_answered_in_order_even_when_split_byte_by_byte() {
     let mut req = Vec::new();
     let mut want = Vec::new();
     for i in 0..200 {
-        req.extend_from_slice(format!("set k{i} {i} 0 {}\r\nv{i}\r\n", format!("v{i}").len()).as_bytes());
+        req.extend_from_slice(
+            format!("set k{i} {i} 0 {}\r\nv{i}\r\n", format!("v{i}").len()).as_bytes(),
+        );
         want.extend_from_slice(b"STORED\r\n");
     }
     for i in 0..200 {
         req.extend_from_slice(format!("get k{i}\r\n").as_bytes());
-        want.extend_from_slice(format!("VALUE k{i} {i} {}\r\nv{i}\r\nEND\r\n", format!("v{i}").len()).as_bytes());
+        want.extend_from_slice(
+            format!(
+                "VALUE k{i} {i} {}\r\nv{i}\r\nEND\r\n",
+                format!("v{i}").len()
+            )
+            .as_bytes(),
+        );
     }
     c.send(&req);
     c.expect(&want);
@@ -283,7 +327,10 @@ fn version_verbosity_quit() {
 fn stats_report_memcached_fields() {
     let s = server();
     let mut c = s.connect();
-    c.roundtrip(b"set a 0 0 1\r\n1\r\nget a\r\nget b\r\n", b"STORED\r\nVALUE a 0 1\r\n1\r\nEND\r\nEND\r\n");
+    c.roundtrip(
+        b"set a 0 0 1\r\n1\r\nget a\r\nget b\r\n",
+        b"STORED\r\nVALUE a 0 1\r\n1\r\nEND\r\nEND\r\n",
+    );
     let stats = c.stats("");
     let get = |k: &str| {
         stats
@@ -294,9 +341,24 @@ fn stats_report_memcached_fields() {
             .clone()
     };
     for field in [
-        "pid", "uptime", "time", "version", "curr_connections", "total_connections",
-        "cmd_get", "cmd_set", "get_hits", "get_misses", "curr_items", "total_items",
-        "bytes", "limit_maxbytes", "evictions", "threads", "bytes_read", "bytes_written",
+        "pid",
+        "uptime",
+        "time",
+        "version",
+        "curr_connections",
+        "total_connections",
+        "cmd_get",
+        "cmd_set",
+        "get_hits",
+        "get_misses",
+        "curr_items",
+        "total_items",
+        "bytes",
+        "limit_maxbytes",
+        "evictions",
+        "threads",
+        "bytes_read",
+        "bytes_written",
     ] {
         get(field);
     }
@@ -307,10 +369,17 @@ fn stats_report_memcached_fields() {
     assert_eq!(get("limit_maxbytes"), (64 * 1024 * 1024).to_string());
     assert_eq!(get("threads"), "2");
     let settings = c.stats("settings");
-    assert!(settings.iter().any(|(k, v)| k == "maxbytes" && v == &(64 * 1024 * 1024).to_string()));
+    assert!(
+        settings
+            .iter()
+            .any(|(k, v)| k == "maxbytes" && v == &(64 * 1024 * 1024).to_string())
+    );
     assert!(settings.iter().any(|(k, _)| k == "item_size_max"));
     let items = c.stats("items");
-    assert!(!items.is_empty(), "stats items lists the slab(s) holding items");
+    assert!(
+        !items.is_empty(),
+        "stats items lists the slab(s) holding items"
+    );
     c.stats("slabs");
     c.roundtrip(b"stats nonsense\r\n", b"ERROR\r\n");
 }
@@ -352,7 +421,10 @@ fn meta_commands() {
     c.send(b"mg ck c\r\n");
     let line = c.line();
     let cas: u64 = line.strip_prefix("HD c").expect(&line).parse().unwrap();
-    c.roundtrip(format!("ms ck 1 C{}\r\nb\r\n", cas + 1).as_bytes(), b"EX\r\n");
+    c.roundtrip(
+        format!("ms ck 1 C{}\r\nb\r\n", cas + 1).as_bytes(),
+        b"EX\r\n",
+    );
     c.roundtrip(format!("ms ck 1 C{cas}\r\nb\r\n").as_bytes(), b"HD\r\n");
     c.roundtrip(b"mg ck v\r\n", b"VA 1\r\nb\r\n");
     // Invalidation: md I marks stale; mg then reports X and W once.
@@ -366,7 +438,10 @@ fn meta_commands() {
     c.roundtrip(b"mg Zm9v b v\r\n", b"VA 1\r\nz\r\n");
     // Errors; quiet mode still reports NF for ma, EN for me of a missing key.
     c.roundtrip(b"mg\r\n", b"ERROR\r\n");
-    c.roundtrip(b"ms k notanumber\r\n", b"CLIENT_ERROR bad command line format\r\n");
+    c.roundtrip(
+        b"ms k notanumber\r\n",
+        b"CLIENT_ERROR bad command line format\r\n",
+    );
     c.roundtrip(b"me nope\r\n", b"EN\r\n");
     c.roundtrip(b"ma nope q\r\nmn\r\n", b"NF\r\nMN\r\n");
 }

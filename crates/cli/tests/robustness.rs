@@ -14,12 +14,59 @@ const BURSTS: usize = 300;
 
 /// Fragments that look almost like the protocol, so the random streams reach deep states.
 const FRAGMENTS: &[&[u8]] = &[
-    b"set ", b"get ", b"gets ", b"cas ", b"add ", b"append ", b"incr ", b"decr ", b"touch ",
-    b"gat ", b"delete ", b"flush_all", b"mg ", b"ms ", b"md ", b"ma ", b"mn", b"me ", b"stats",
-    b"verbosity ", b"noreply", b" ", b"  ", b"\r\n", b"\n", b"\r", b"0", b"1", b"-1",
-    b"4294967296", b"18446744073709551616", b"99999999999999999999", b"k", b"key", b"v",
-    b"T10", b"F1", b"C1", b"E5", b"N0", b"J1", b"D1", b"MA", b"MP", b"MI", b"MD", b"q", b"b",
-    b"O", b"\0", b"\xff", b"VALUE", b"\t",
+    b"set ",
+    b"get ",
+    b"gets ",
+    b"cas ",
+    b"add ",
+    b"append ",
+    b"incr ",
+    b"decr ",
+    b"touch ",
+    b"gat ",
+    b"delete ",
+    b"flush_all",
+    b"mg ",
+    b"ms ",
+    b"md ",
+    b"ma ",
+    b"mn",
+    b"me ",
+    b"stats",
+    b"verbosity ",
+    b"noreply",
+    b" ",
+    b"  ",
+    b"\r\n",
+    b"\n",
+    b"\r",
+    b"0",
+    b"1",
+    b"-1",
+    b"4294967296",
+    b"18446744073709551616",
+    b"99999999999999999999",
+    b"k",
+    b"key",
+    b"v",
+    b"T10",
+    b"F1",
+    b"C1",
+    b"E5",
+    b"N0",
+    b"J1",
+    b"D1",
+    b"MA",
+    b"MP",
+    b"MI",
+    b"MD",
+    b"q",
+    b"b",
+    b"O",
+    b"\0",
+    b"\xff",
+    b"VALUE",
+    b"\t",
 ];
 
 fn burst(rng: &mut StdRng) -> Vec<u8> {
@@ -38,7 +85,10 @@ fn burst(rng: &mut StdRng) -> Vec<u8> {
 fn assert_healthy(server: &Server, round: usize) {
     let mut c = server.connect();
     let key = format!("health{round}");
-    c.roundtrip(format!("set {key} 7 0 5\r\nhello\r\n").as_bytes(), b"STORED\r\n");
+    c.roundtrip(
+        format!("set {key} 7 0 5\r\nhello\r\n").as_bytes(),
+        b"STORED\r\n",
+    );
     c.roundtrip(
         format!("get {key}\r\n").as_bytes(),
         format!("VALUE {key} 7 5\r\nhello\r\nEND\r\n").as_bytes(),
@@ -78,7 +128,10 @@ fn random_and_truncated_streams_never_break_the_cell() {
         let _ = c.stream.read(&mut sink);
         drop(c);
         if round % 25 == 0 {
-            assert!(server.is_running(), "cell died at round {round} (seed {seed})");
+            assert!(
+                server.is_running(),
+                "cell died at round {round} (seed {seed})"
+            );
             assert_healthy(&server, round);
         }
     }

@@ -14,6 +14,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 
 pub use cellcache_io::{EngineConfig, IoEngineKind};
+pub use cellcache_store::StoreConfig;
 
 /// Everything a cell can be told.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -21,7 +22,33 @@ pub use cellcache_io::{EngineConfig, IoEngineKind};
 pub struct NodeConfig {
     pub server: ServerConfig,
     pub io: EngineConfig,
+    pub store: StoreConfig,
+    pub protocol: ProtocolConfig,
     pub log: LogConfig,
+}
+
+/// Limits of the client protocol. The largest value is `store.item_size_max_bytes`, so
+/// there is one source of truth for it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProtocolConfig {
+    /// Longest key accepted (memcached: 250).
+    pub key_bytes_max: usize,
+    /// Longest command line accepted; longer lines get `CLIENT_ERROR line too long`.
+    pub line_bytes_max: usize,
+    /// Most keys in one get/gets/gat/gats.
+    pub keys_per_get_max: usize,
+}
+
+impl Default for ProtocolConfig {
+    fn default() -> Self {
+        let l = cellcache_proto::Limits::default();
+        Self {
+            key_bytes_max: l.key_bytes_max,
+            line_bytes_max: l.line_bytes_max,
+            keys_per_get_max: l.keys_per_get_max,
+        }
+    }
 }
 
 /// Where the cell listens for memcached clients and which engine moves the bytes.
@@ -34,6 +61,8 @@ pub struct ServerConfig {
     pub port: u16,
     /// I/O engine: `auto` picks the best the kernel allows.
     pub io_engine: IoEngineKind,
+    /// Honour the `shutdown` command (memcached `-A`); off by default.
+    pub shutdown_command: bool,
 }
 
 impl Default for ServerConfig {
@@ -42,6 +71,7 @@ impl Default for ServerConfig {
             listen: IpAddr::from([127, 0, 0, 1]),
             port: 11211,
             io_engine: IoEngineKind::Auto,
+            shutdown_command: false,
         }
     }
 }
@@ -124,10 +154,29 @@ impl NodeConfig {
 
     /// Checks the relations between limits; a cell refuses to start on failure.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.io
-            .validate()
-            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        let invalid = |e: &dyn std::fmt::Display| ConfigError::Invalid(e.to_string());
+        self.io.validate().map_err(|e| invalid(&e))?;
+        self.store.validate().map_err(|e| invalid(&e))?;
+        let limits = self.protocol_limits();
+        limits.validate().map_err(|e| invalid(&e))?;
+        if self.io.input_buffer_max_bytes < limits.frame_bytes_max() {
+            return Err(ConfigError::Invalid(format!(
+                "io.input_buffer_max_bytes ({}) must hold the largest request: a command line \
+                 (protocol.line_bytes_max {}) plus a value (store.item_size_max_bytes {})",
+                self.io.input_buffer_max_bytes, limits.line_bytes_max, limits.value_bytes_max
+            )));
+        }
         Ok(())
+    }
+
+    /// The parser's limits, derived from the protocol and store sections.
+    pub fn protocol_limits(&self) -> cellcache_proto::Limits {
+        cellcache_proto::Limits {
+            key_bytes_max: self.protocol.key_bytes_max,
+            line_bytes_max: self.protocol.line_bytes_max,
+            value_bytes_max: self.store.item_size_max_bytes,
+            keys_per_get_max: self.protocol.keys_per_get_max,
+        }
     }
 }
 
@@ -148,13 +197,12 @@ mod tests {
             .parse()
             .unwrap();
         for (section, fields) in &defaults {
-            let Some(fields) = fields.as_table() else { continue };
+            let Some(fields) = fields.as_table() else {
+                continue;
+            };
             for key in fields.keys() {
                 assert!(
-                    example
-                        .get(section)
-                        .and_then(|s| s.get(key))
-                        .is_some(),
+                    example.get(section).and_then(|s| s.get(key)).is_some(),
                     "cellcache.example.toml lacks [{section}] {key}"
                 );
             }

@@ -51,8 +51,7 @@ impl Session for Conn {
             match parse(&input[p.consumed..], &self.cell.limits) {
                 Parsed::Complete { request, consumed } => {
                     p.consumed += consumed;
-                    if execute(&self.cell, &request, now, output, &mut self.counters)
-                        == Flow::Close
+                    if execute(&self.cell, &request, now, output, &mut self.counters) == Flow::Close
                     {
                         p.close = true;
                         break;

@@ -33,8 +33,8 @@ impl Node {
     pub fn start(config: NodeConfig, shutdown: Shutdown) -> anyhow::Result<Node> {
         config.validate()?;
         let limits = config.protocol_limits();
-        let store = cellcache_store::Store::new(config.store.clone())
-            .context("allocating the store")?;
+        let store =
+            cellcache_store::Store::new(config.store.clone()).context("allocating the store")?;
         tracing::info!(
             memory_limit_bytes = config.store.memory_limit_bytes,
             slab_size_bytes = config.store.slab_size_bytes,

@@ -69,7 +69,11 @@ pub fn execute(
             reply_unless(
                 *noreply,
                 out,
-                if hit { b"TOUCHED\r\n" } else { b"NOT_FOUND\r\n" },
+                if hit {
+                    b"TOUCHED\r\n"
+                } else {
+                    b"NOT_FOUND\r\n"
+                },
             );
         }
         Request::FlushAll { delay, noreply } => {
@@ -97,10 +101,12 @@ pub fn execute(
         Request::CacheMemlimit { megabytes, noreply } => {
             let reply: &[u8] = match cell
                 .store
-                .set_memory_limit((*megabytes as usize).saturating_mul(1 << 20))
+                .set_memory_limit((*megabytes as usize).saturating_mul(1 << 20), now)
             {
                 Ok(()) => b"OK\r\n",
-                Err(_) => b"CLIENT_ERROR cannot grow a preallocated arena past memory_limit_bytes\r\n",
+                Err(_) => {
+                    b"CLIENT_ERROR cannot grow a preallocated arena past memory_limit_bytes\r\n"
+                }
             };
             reply_unless(*noreply, out, reply);
         }

@@ -26,7 +26,9 @@ pub fn execute(
     counters.cmd_meta += 1;
     match request {
         Request::MetaGet { key, flags } => meta_get(cell, key, flags, now, out, counters),
-        Request::MetaSet { key, value, flags } => meta_set(cell, key, value, flags, now, out, counters),
+        Request::MetaSet { key, value, flags } => {
+            meta_set(cell, key, value, flags, now, out, counters)
+        }
         Request::MetaDelete { key, flags } => meta_delete(cell, key, flags, now, out, counters),
         Request::MetaArithmetic { key, flags } => meta_arith(cell, key, flags, now, out, counters),
         Request::MetaNoop => out.extend_from_slice(b"MN\r\n"),
@@ -177,7 +179,14 @@ fn meta_get(
             }
         }
     }
-    status_only(b"mg", MetaStatus::En, flags.quiet, &flags.returns, &base, out);
+    status_only(
+        b"mg",
+        MetaStatus::En,
+        flags.quiet,
+        &flags.returns,
+        &base,
+        out,
+    );
 }
 
 fn meta_set(
@@ -286,8 +295,9 @@ fn meta_delete(
 }
 
 fn remove_value(cell: &Cell, key: &[u8], compare_cas: Option<u64>, now: u32) -> MetaStatus {
-    let Some((client_flags, expiry, cas)) =
-        cell.store.get(key, now, |item| (item.flags, item.expiry, item.cas))
+    let Some((client_flags, expiry, cas)) = cell
+        .store
+        .get(key, now, |item| (item.flags, item.expiry, item.cas))
     else {
         return MetaStatus::Nf;
     };

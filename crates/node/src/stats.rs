@@ -113,8 +113,20 @@ fn settings(cell: &Cell, out: &mut Vec<u8>) {
     stat(out, "item_size_max", st.item_size_max_bytes);
     stat(out, "slab_page_size", st.slab_size_bytes);
     stat(out, "idle_timeout", c.io.idle_timeout_secs);
-    stat(out, "shutdown_command", if c.server.shutdown_command { "yes" } else { "no" });
-    stat(out, "io_engine", format!("{:?}", c.server.io_engine).to_lowercase());
+    stat(
+        out,
+        "shutdown_command",
+        if c.server.shutdown_command {
+            "yes"
+        } else {
+            "no"
+        },
+    );
+    stat(
+        out,
+        "io_engine",
+        format!("{:?}", c.server.io_engine).to_lowercase(),
+    );
     stat(out, "store_layout", format!("{:?}", st.layout));
     stat(out, "eviction_policy", format!("{:?}", st.eviction));
     stat(out, "key_bytes_max", cell.limits.key_bytes_max);
@@ -132,7 +144,11 @@ fn items(cell: &Cell, out: &mut Vec<u8>) {
     stat(out, "items:1:evicted_unfetched", s.evicted_unfetched);
     stat(out, "items:1:expired_unfetched", s.expired_unfetched);
     stat(out, "items:1:reclaimed", s.reclaimed);
-    stat(out, "items:1:outofmemory", cell.counters.snapshot().store_no_memory);
+    stat(
+        out,
+        "items:1:outofmemory",
+        cell.counters.snapshot().store_no_memory,
+    );
 }
 
 fn slabs(cell: &Cell, out: &mut Vec<u8>) {

@@ -121,6 +121,7 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
         b"flush_all" => cx.flush_all(tokens),
         b"version" => cx.complete(Request::Version),
         b"verbosity" => cx.verbosity(tokens),
+        b"cache_memlimit" => cx.cache_memlimit(tokens),
         b"stats" => {
             let args = trim_end(tokens.remainder());
             cx.complete(Request::Stats(StatsGroup::from_args(args)))
@@ -380,6 +381,18 @@ impl<'a> Context<'a, '_> {
             return self.client_error(ClientError::BadCommandLineFormat, noreply);
         };
         self.complete(Request::Verbosity { level, noreply })
+    }
+
+    fn cache_memlimit(&self, tokens: Tokens<'a>) -> Parsed<'a> {
+        let t = LineTokens::new(tokens);
+        if t.count != 1 && t.count != 2 {
+            return error(ErrorReply::Error, self.line_len);
+        }
+        let noreply = t.noreply();
+        let Some(megabytes) = parse_u64(t.get(0)) else {
+            return self.client_error(ClientError::BadCommandLineFormat, noreply);
+        };
+        self.complete(Request::CacheMemlimit { megabytes, noreply })
     }
 
     fn shutdown(&self, tokens: Tokens<'a>) -> Parsed<'a> {

@@ -61,6 +61,13 @@ pub enum Request<'a> {
     },
     /// `stats [group]`.
     Stats(StatsGroup<'a>),
+    /// `cache_memlimit <megabytes> [noreply]`: change the memory limit at run time.
+    CacheMemlimit {
+        /// New limit in megabytes (MiB).
+        megabytes: u64,
+        /// Suppress the reply.
+        noreply: bool,
+    },
     /// `quit`: close the connection without a reply.
     Quit,
     /// `shutdown [graceful]`: the node decides whether it is allowed.
@@ -410,6 +417,14 @@ impl Request<'_> {
                 noreply(out, *nr);
             }
             Request::Version => out.extend_from_slice(b"version"),
+            Request::CacheMemlimit {
+                megabytes,
+                noreply: nr,
+            } => {
+                out.extend_from_slice(b"cache_memlimit ");
+                write_u64(out, *megabytes);
+                noreply(out, *nr);
+            }
             Request::Verbosity { level, noreply: nr } => {
                 out.extend_from_slice(b"verbosity ");
                 write_u64(out, u64::from(*level));

@@ -259,6 +259,20 @@ fn classic_requests_parse_to_their_typed_form() {
                 noreply: true,
             },
         ),
+        (
+            b"cache_memlimit 64\r\n",
+            Request::CacheMemlimit {
+                megabytes: 64,
+                noreply: false,
+            },
+        ),
+        (
+            b"cache_memlimit 8 noreply\r\n",
+            Request::CacheMemlimit {
+                megabytes: 8,
+                noreply: true,
+            },
+        ),
         (b"stats\r\n", Request::Stats(StatsGroup::General)),
         (b"stats settings\r\n", Request::Stats(StatsGroup::Settings)),
         (b"stats items\r\n", Request::Stats(StatsGroup::Items)),

@@ -1,9 +1,9 @@
 //! Store configuration: every limit of the store, with documented defaults and validation.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// How the store is split across worker threads (SPEC H1: switchable later).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum Layout {
     /// One arena, index and eviction order behind one lock.
@@ -18,7 +18,7 @@ pub enum Layout {
 }
 
 /// Which slab is cleared when space is needed (SPEC M3, H1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum EvictionPolicyKind {
     /// Seed 001's slab-level LRU: the least recently used slab.
@@ -33,7 +33,7 @@ pub enum EvictionPolicyKind {
 }
 
 /// Configuration of a [`crate::Store`]. Deserializable so the node's TOML embeds it.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StoreConfig {
     /// Total bytes for arena plus index, allocated at start. Default 64 MiB.
@@ -131,6 +131,14 @@ pub enum ConfigError {
     /// Eviction policy parameter invalid.
     #[error("eviction policy candidates must be >= 1")]
     EvictionCandidates,
+    /// A run-time limit above the memory preallocated at start.
+    #[error("memory limit {requested} above the {allocated} bytes preallocated at start")]
+    MemoryLimitAboveArena {
+        /// requested bytes
+        requested: usize,
+        /// memory_limit_bytes at start
+        allocated: usize,
+    },
 }
 
 impl StoreConfig {

@@ -119,6 +119,9 @@ pub(crate) struct Shard {
     flush_at: Option<u32>,
     scratch: Vec<u8>,
     counters: ShardCounters,
+    /// Most slabs that may hold items (partial + full); below the slab count after a
+    /// run-time `cache_memlimit` lowered the limit. The arena itself never shrinks.
+    slab_quota: usize,
 }
 
 fn slab_of(loc: u64, slab_size: u64) -> SlabId {
@@ -148,7 +151,35 @@ impl Shard {
             flush_at: None,
             scratch: Vec::new(),
             counters: ShardCounters::default(),
+            slab_quota: usize::MAX,
         }
+    }
+
+    /// Slabs this shard could use with no quota.
+    pub fn slab_count(&self) -> usize {
+        self.slabs.len()
+    }
+
+    /// Bytes of this shard's index (fixed at start).
+    pub fn index_bytes(&self) -> usize {
+        self.index.bytes()
+    }
+
+    /// Limits the slabs in use to `quota` (at least 1), evicting least-valuable slabs until
+    /// the shard fits. Raising it again only lets later writes open more free slabs.
+    pub fn set_slab_quota(&mut self, quota: usize, now: u32) {
+        self.slab_quota = quota.max(1);
+        while self.slabs_in_use() > self.slab_quota {
+            let view = LiveView(&self.slabs.meta);
+            let Some(victim) = self.policy.victim(&view, None) else {
+                break;
+            };
+            self.evict_slab(victim, now);
+        }
+    }
+
+    fn slabs_in_use(&self) -> usize {
+        self.slabs.count(ListId::Partial) + self.slabs.count(ListId::Full)
     }
 
     /// Heap bytes this shard holds beyond its arena and index (slab metadata, LRU arrays,
@@ -394,7 +425,11 @@ impl Shard {
                 }
                 continue;
             }
-            if let Some(f) = self.slabs.head(ListId::Free) {
+            if let Some(f) = self
+                .slabs
+                .head(ListId::Free)
+                .filter(|_| self.slabs_in_use() < self.slab_quota)
+            {
                 let m = &mut self.slabs.meta[f as usize];
                 m.cas_base = cas;
                 m.last_access = now;
@@ -721,13 +756,18 @@ impl Shard {
         } else {
             current.wrapping_add(req.delta)
         };
-        let digits = new.to_string();
+        // memcached keeps the value's length when the result is shorter, padding the digits
+        // with spaces (it rewrites the number in place); a longer result grows the value.
+        let mut digits = new.to_string().into_bytes();
+        if digits.len() < value.len() {
+            digits.resize(value.len(), b' ');
+        }
         self.check_value(digits.len())?;
         let cas = ctx.cas_for(req.new_cas);
         let loc = self.store_item(
             hash,
             key,
-            digits.as_bytes(),
+            &digits,
             h.flags,
             Expiry::at(h.expiry),
             cas,

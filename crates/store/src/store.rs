@@ -235,6 +235,30 @@ impl Store {
             + std::mem::size_of::<Store>()
     }
 
+    /// `cache_memlimit`: lets the store use at most `bytes` (arena + index) from now on,
+    /// evicting slabs at once when it shrinks. The arena was allocated at start, so the
+    /// limit can move anywhere between one slab per shard and `memory_limit_bytes`.
+    pub fn set_memory_limit(&self, bytes: usize, now: u32) -> Result<(), ConfigError> {
+        if bytes > self.config.memory_limit_bytes {
+            return Err(ConfigError::MemoryLimitAboveArena {
+                requested: bytes,
+                allocated: self.config.memory_limit_bytes,
+            });
+        }
+        let per_shard = bytes / self.shards.len();
+        for s in self.shards.iter() {
+            let mut s = s.lock();
+            let quota = per_shard.saturating_sub(s.index_bytes()) / self.config.slab_size_bytes;
+            let quota = if bytes == self.config.memory_limit_bytes {
+                s.slab_count()
+            } else {
+                quota
+            };
+            s.set_slab_quota(quota, now);
+        }
+        Ok(())
+    }
+
     /// Verifies internal accounting (every slab's live bytes equal the bytes the index points
     /// into it). Panics on violation; O(index). For tests and debugging.
     pub fn check_invariants(&self) {

@@ -227,7 +227,10 @@ impl Client {
             .map(|l| {
                 let mut p = l.splitn(3, ' ');
                 assert_eq!(p.next(), Some("STAT"), "{l}");
-                (p.next().unwrap().to_string(), p.next().unwrap_or("").to_string())
+                (
+                    p.next().unwrap().to_string(),
+                    p.next().unwrap_or("").to_string(),
+                )
             })
             .collect()
     }
