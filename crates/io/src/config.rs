@@ -3,33 +3,67 @@
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-/// Which engine moves bytes. `auto` picks the best one the kernel allows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+/// Which engine moves bytes. `auto` picks the best one the kernel allows: `uring` when
+/// [`crate::uring_support`] succeeds, else `epoll` (the choice and its reason are logged).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum IoEngineKind {
     #[default]
     Auto,
+    /// Blocking sockets, one OS thread per connection (seed 004's "MT" server).
+    Threads,
+    /// Edge-triggered epoll, one non-blocking event loop per core.
     Epoll,
+    /// io_uring, one ring per core: multishot accept/receive, provided buffer rings.
+    Uring,
+}
+
+impl IoEngineKind {
+    /// Every engine a caller can name, `auto` first.
+    pub const ALL: [IoEngineKind; 4] = [Self::Auto, Self::Threads, Self::Epoll, Self::Uring];
+
+    /// The name used in configuration files and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Threads => "threads",
+            Self::Epoll => "epoll",
+            Self::Uring => "uring",
+        }
+    }
+}
+
+impl std::fmt::Display for IoEngineKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl std::str::FromStr for IoEngineKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "auto" => Ok(Self::Auto),
-            "epoll" => Ok(Self::Epoll),
-            other => Err(format!(
-                "unknown io engine {other:?} (expected auto or epoll)"
-            )),
-        }
+        Self::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| {
+                format!("unknown io engine {s:?} (expected auto, threads, epoll or uring)")
+            })
     }
 }
+
+/// Smallest connection thread stack accepted: below it ordinary std calls overflow.
+const MIN_THREAD_STACK_BYTES: usize = 64 * 1024;
+/// The kernel's limit on io_uring submission queue entries.
+const MAX_URING_QUEUE_ENTRIES: u32 = 32768;
+/// The kernel's limit on entries in one provided buffer ring.
+const MAX_URING_PROVIDED_BUFFERS: u16 = 32768;
 
 /// Limits and knobs shared by all engines.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EngineConfig {
-    /// Worker threads; 0 means one per available core.
+    /// Worker threads (`epoll`, `uring`); 0 means one per available core. The `threads`
+    /// engine ignores it: it runs one thread per connection.
     pub threads: usize,
     /// Connections open at once; past it a new client gets `ERROR Too many open connections`.
     pub max_connections: usize,
@@ -52,6 +86,15 @@ pub struct EngineConfig {
     pub events_per_poll: usize,
     /// Largest buffer capacity kept on an idle connection; larger ones are released.
     pub idle_buffer_keep_bytes: usize,
+    /// `threads` engine: stack size of each connection thread. Sessions run on it, so it
+    /// must hold the deepest protocol call chain; memory is reserved lazily by the kernel.
+    pub connection_thread_stack_bytes: usize,
+    /// `uring` engine: submission queue entries per ring (the completion queue is twice
+    /// that; the kernel keeps overflowing completions rather than dropping them).
+    pub uring_queue_entries: u32,
+    /// `uring` engine: receive buffers of `read_chunk_bytes` each in a worker's provided
+    /// buffer ring; a power of two, at most 32768. Memory per worker is the product.
+    pub uring_provided_buffers: u16,
 }
 
 impl Default for EngineConfig {
@@ -68,6 +111,9 @@ impl Default for EngineConfig {
             tcp_nodelay: true,
             events_per_poll: 1024,
             idle_buffer_keep_bytes: 64 * 1024,
+            connection_thread_stack_bytes: 256 * 1024,
+            uring_queue_entries: 1024,
+            uring_provided_buffers: 256,
         }
     }
 }
@@ -105,6 +151,48 @@ impl EngineConfig {
         if self.output_buffer_high_bytes == 0 {
             return err("output_buffer_high_bytes must be at least 1");
         }
+        if self.connection_thread_stack_bytes < MIN_THREAD_STACK_BYTES {
+            return err("connection_thread_stack_bytes must be at least 64 KiB");
+        }
+        if self.uring_queue_entries == 0 || self.uring_queue_entries > MAX_URING_QUEUE_ENTRIES {
+            return err("uring_queue_entries must be between 1 and 32768");
+        }
+        if !self.uring_provided_buffers.is_power_of_two()
+            || self.uring_provided_buffers > MAX_URING_PROVIDED_BUFFERS
+        {
+            return err("uring_provided_buffers must be a power of two, at most 32768");
+        }
+        if u32::try_from(self.read_chunk_bytes).is_err() {
+            return err("read_chunk_bytes must fit in 32 bits");
+        }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_names_round_trip_through_fromstr_and_display() {
+        for kind in IoEngineKind::ALL {
+            assert_eq!(kind.to_string().parse::<IoEngineKind>(), Ok(kind));
+        }
+        assert!("kqueue".parse::<IoEngineKind>().is_err());
+    }
+
+    #[test]
+    fn defaults_validate_and_bad_uring_limits_do_not() {
+        assert!(EngineConfig::default().validate().is_ok());
+        let odd = EngineConfig {
+            uring_provided_buffers: 300,
+            ..Default::default()
+        };
+        assert!(odd.validate().is_err());
+        let tiny_stack = EngineConfig {
+            connection_thread_stack_bytes: 1024,
+            ..Default::default()
+        };
+        assert!(tiny_stack.validate().is_err());
     }
 }

@@ -12,7 +12,8 @@
 //! ready queue, so one busy pipelining client cannot starve the others.
 
 use crate::{
-    EngineConfig, EngineStats, IoError, Notify, Progress, RunningEngine, Service, Session, Shutdown,
+    EngineConfig, EngineStats, IoError, Notify, Progress, RunningEngine, Service, Session,
+    Shutdown, TOO_MANY_CONNECTIONS,
 };
 use crossbeam_channel::{Receiver, Sender};
 use mio::net::{TcpListener, TcpStream};
@@ -40,7 +41,7 @@ pub fn start<S: Service>(
     shutdown: Shutdown,
 ) -> Result<RunningEngine, IoError> {
     config.validate()?;
-    let listener = bind(addr, config.listen_backlog)?;
+    let listener = TcpListener::from_std(crate::bind_listener(addr, config.listen_backlog, true)?);
     let local_addr = listener
         .local_addr()
         .map_err(|source| IoError::Listen { addr, source })?;
@@ -83,32 +84,12 @@ pub fn start<S: Service>(
     );
     tracing::info!(%local_addr, workers = config.worker_threads(), engine = "epoll", "listening");
     Ok(RunningEngine {
+        engine: crate::IoEngineKind::Epoll,
         local_addr,
         stats,
         threads,
     })
 }
-
-/// A non-blocking listener with `SO_REUSEADDR` and the configured backlog.
-pub(crate) fn bind(addr: SocketAddr, backlog: u32) -> Result<TcpListener, IoError> {
-    let err = |source| IoError::Listen { addr, source };
-    let socket = socket2::Socket::new(
-        socket2::Domain::for_address(addr),
-        socket2::Type::STREAM,
-        Some(socket2::Protocol::TCP),
-    )
-    .map_err(err)?;
-    socket.set_reuse_address(true).map_err(err)?;
-    socket.bind(&addr.into()).map_err(err)?;
-    socket
-        .listen(i32::try_from(backlog).unwrap_or(i32::MAX))
-        .map_err(err)?;
-    socket.set_nonblocking(true).map_err(err)?;
-    Ok(TcpListener::from_std(socket.into()))
-}
-
-/// Reply memcached sends to a client refused for the connection limit.
-pub(crate) const TOO_MANY_CONNECTIONS: &[u8] = b"ERROR Too many open connections\r\n";
 
 /// A worker's inbox for accepted sockets and the waker that makes it look.
 type WorkerInbox = (Sender<(TcpStream, SocketAddr)>, Arc<Waker>);

@@ -13,16 +13,32 @@
 //! - Backpressure: while a connection's pending output is above
 //!   [`EngineConfig::output_buffer_high_bytes`] the engine stops reading from it, so a client
 //!   that does not read its replies cannot make the cell buffer without bound.
-//! - Workers never block: sockets are non-blocking and every wait is the engine's poll.
+//! - Event-loop workers (`epoll`, `uring`) never block: every wait is the engine's poll or
+//!   ring. The `threads` engine blocks by design, but only a connection's own thread, and
+//!   only in `poll(2)` on that connection plus its wake-up eventfd.
+//! - `on_input`, `on_notify` and `on_close` of one session run on one thread, never
+//!   concurrently; `on_close` runs exactly once.
+//! - After [`Shutdown::trigger`] no new connection is accepted, input already received is
+//!   still offered to sessions and the replies written (for at most
+//!   [`EngineConfig::shutdown_grace_millis`]), then every connection is closed.
+//!
+//! [`start`] picks the engine named by an [`IoEngineKind`]; `docs/io-engines.md` explains
+//! how the engines differ and what each costs per request.
+//!
+//! `unsafe` is denied everywhere but in [`uring`], where buffers are lent to the kernel.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 mod config;
 pub mod epoll;
 mod stats;
+pub mod threads;
+#[allow(unsafe_code)]
+pub mod uring;
 
 pub use config::{EngineConfig, IoEngineKind};
 pub use stats::{EngineStats, EngineStatsSnapshot};
+pub use uring::{UringUnavailable, UringUnavailableCause, uring_support};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -108,15 +124,85 @@ pub enum IoError {
     Poll(std::io::Error),
     #[error("invalid engine configuration: {0}")]
     Config(String),
+    #[error(transparent)]
+    UringUnavailable(#[from] UringUnavailable),
 }
+
+/// Starts the engine `kind` on `addr`. `Auto` resolves to `uring` when
+/// [`uring_support`] succeeds and to `epoll` otherwise, logging which and why; the
+/// engine that actually runs is [`RunningEngine::engine`].
+pub fn start<S: Service>(
+    kind: IoEngineKind,
+    addr: SocketAddr,
+    config: &EngineConfig,
+    service: Arc<S>,
+    shutdown: Shutdown,
+) -> Result<RunningEngine, IoError> {
+    match resolve(kind)? {
+        IoEngineKind::Threads => threads::start(addr, config, service, shutdown),
+        IoEngineKind::Uring => uring::start(addr, config, service, shutdown),
+        IoEngineKind::Epoll | IoEngineKind::Auto => epoll::start(addr, config, service, shutdown),
+    }
+}
+
+/// The engine `kind` stands for on this kernel: never `Auto`. Fails only when `uring` is
+/// asked for explicitly and the kernel does not allow it.
+pub fn resolve(kind: IoEngineKind) -> Result<IoEngineKind, IoError> {
+    match kind {
+        IoEngineKind::Auto => match uring_support() {
+            Ok(()) => {
+                tracing::info!(engine = "uring", "io_engine = auto: io_uring is available");
+                Ok(IoEngineKind::Uring)
+            }
+            Err(why) => {
+                tracing::warn!(engine = "epoll", reason = %why, "io_engine = auto: io_uring unavailable, using epoll");
+                Ok(IoEngineKind::Epoll)
+            }
+        },
+        IoEngineKind::Uring => {
+            uring_support()?;
+            Ok(IoEngineKind::Uring)
+        }
+        other => Ok(other),
+    }
+}
+
+/// A listening socket with `SO_REUSEADDR` and the configured backlog, in the blocking
+/// mode `nonblocking` says; every engine binds through here so they behave alike.
+pub(crate) fn bind_listener(
+    addr: SocketAddr,
+    backlog: u32,
+    nonblocking: bool,
+) -> Result<std::net::TcpListener, IoError> {
+    let err = |source| IoError::Listen { addr, source };
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )
+    .map_err(err)?;
+    socket.set_reuse_address(true).map_err(err)?;
+    socket.bind(&addr.into()).map_err(err)?;
+    socket
+        .listen(i32::try_from(backlog).unwrap_or(i32::MAX))
+        .map_err(err)?;
+    socket.set_nonblocking(nonblocking).map_err(err)?;
+    Ok(socket.into())
+}
+
+/// Reply memcached sends to a client refused for the connection limit.
+pub(crate) const TOO_MANY_CONNECTIONS: &[u8] = b"ERROR Too many open connections\r\n";
 
 /// A one-way flag every engine thread checks; set it (e.g. from a SIGTERM handler) and
 /// call [`Shutdown::wake`] hooks so sleeping loops notice at once.
 #[derive(Clone, Default)]
 pub struct Shutdown {
     flag: Arc<AtomicBool>,
-    wakers: Arc<std::sync::Mutex<Vec<Arc<mio::Waker>>>>,
+    wakers: Arc<std::sync::Mutex<Vec<Waker>>>,
 }
+
+/// How an engine thread asks to be woken from its wait when shutdown is triggered.
+type Waker = Arc<dyn Fn() + Send + Sync>;
 
 impl Shutdown {
     pub fn new() -> Self {
@@ -128,8 +214,7 @@ impl Shutdown {
         self.flag.store(true, Ordering::Release);
         let wakers = self.wakers.lock().unwrap_or_else(|e| e.into_inner());
         for waker in wakers.iter() {
-            // A failed wake means the loop is already gone; nothing to do.
-            let _ = waker.wake();
+            waker();
         }
     }
 
@@ -138,16 +223,26 @@ impl Shutdown {
     }
 
     pub(crate) fn register(&self, waker: Arc<mio::Waker>) {
+        // A failed wake means the loop is already gone; nothing to do.
+        self.register_fn(move || drop(waker.wake()));
+    }
+
+    /// Registers a wake-up hook; runs it at once if shutdown was already triggered. The
+    /// hook must not block: it runs under the registry lock on the triggering thread.
+    pub(crate) fn register_fn(&self, waker: impl Fn() + Send + Sync + 'static) {
+        let waker: Waker = Arc::new(waker);
         let mut wakers = self.wakers.lock().unwrap_or_else(|e| e.into_inner());
-        wakers.push(waker);
+        wakers.push(waker.clone());
         if self.is_triggered() {
-            let _ = wakers.last().map(|w| w.wake());
+            waker();
         }
     }
 }
 
 /// A running engine: its bound address and the threads to join.
 pub struct RunningEngine {
+    /// The engine that runs (resolved: never [`IoEngineKind::Auto`]).
+    pub engine: IoEngineKind,
     pub local_addr: SocketAddr,
     pub stats: Arc<EngineStats>,
     threads: Vec<std::thread::JoinHandle<()>>,

@@ -1,0 +1,450 @@
+//! Engine behaviour with a toy line protocol: each `\n`-terminated line is answered with
+//! the line upper-cased; `quit` closes the connection; `defer` is answered later from
+//! another thread through the session's `Notify`. No memcached here: these tests pin down
+//! what every engine promises any session (ordering, partial reads, pipelining, connection
+//! limit, backpressure, input limit, idle timeout, graceful shutdown, notify, many
+//! connections at once).
+//!
+//! The same suite runs against every engine (`engine_suite!` below). A `uring` run on a
+//! kernel that does not allow io_uring prints `SKIPPED ... <reason>` instead of passing
+//! silently, and fails when `CELLCACHE_REQUIRE_URING=1` is set.
+
+use cellcache_io::{
+    EngineConfig, IoEngineKind, Notify, Progress, RunningEngine, Service, Session, Shutdown,
+};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+struct Upper {
+    consumed_total: Arc<AtomicUsize>,
+    closed_total: Arc<AtomicUsize>,
+}
+
+struct UpperSession {
+    consumed_total: Arc<AtomicUsize>,
+    closed_total: Arc<AtomicUsize>,
+    notify: Notify,
+    deferred: Arc<AtomicUsize>,
+}
+
+impl Service for Upper {
+    type Session = UpperSession;
+    fn open(&self, _peer: SocketAddr, notify: Notify) -> UpperSession {
+        UpperSession {
+            consumed_total: self.consumed_total.clone(),
+            closed_total: self.closed_total.clone(),
+            notify,
+            deferred: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+}
+
+impl Session for UpperSession {
+    fn on_input(&mut self, input: &[u8], output: &mut Vec<u8>, budget: usize) -> Progress {
+        let mut p = Progress::default();
+        while let Some(nl) = input[p.consumed..].iter().position(|&b| b == b'\n') {
+            if output.len() >= budget {
+                p.output_full = true;
+                break;
+            }
+            let line = &input[p.consumed..p.consumed + nl];
+            p.consumed += nl + 1;
+            if line == b"quit" {
+                p.close = true;
+                break;
+            }
+            if line == b"defer" {
+                // Answered later, from another thread, through the notify path.
+                let (notify, deferred) = (self.notify.clone(), self.deferred.clone());
+                std::thread::spawn(move || {
+                    deferred.fetch_add(1, Ordering::Release);
+                    notify.notify();
+                });
+                continue;
+            }
+            output.extend(line.iter().map(u8::to_ascii_uppercase));
+            output.push(b'\n');
+        }
+        self.consumed_total.fetch_add(p.consumed, Ordering::Relaxed);
+        p
+    }
+
+    fn on_notify(&mut self, output: &mut Vec<u8>, _budget: usize) -> Progress {
+        for _ in 0..self.deferred.swap(0, Ordering::Acquire) {
+            output.extend_from_slice(b"DEFERRED\n");
+        }
+        Progress::default()
+    }
+
+    fn on_close(&mut self) {
+        self.closed_total.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+struct Running {
+    engine: RunningEngine,
+    shutdown: Shutdown,
+    consumed: Arc<AtomicUsize>,
+    closed: Arc<AtomicUsize>,
+}
+
+impl Running {
+    fn stop(self) {
+        self.shutdown.trigger();
+        self.engine.join();
+    }
+}
+
+/// `kind` if it can run here; for `uring` on a kernel that forbids it, prints why the
+/// test is skipped (or panics when `CELLCACHE_REQUIRE_URING=1`).
+fn runnable(kind: IoEngineKind, test: &str) -> Option<IoEngineKind> {
+    if kind == IoEngineKind::Uring {
+        if let Err(why) = cellcache_io::uring_support() {
+            if std::env::var("CELLCACHE_REQUIRE_URING").as_deref() == Ok("1") {
+                panic!("{test}: io_uring required but unavailable: {why}");
+            }
+            eprintln!("SKIPPED {test} [uring]: {why}");
+            return None;
+        }
+    }
+    Some(kind)
+}
+
+fn start(kind: IoEngineKind, config: EngineConfig) -> Running {
+    let consumed = Arc::new(AtomicUsize::new(0));
+    let closed = Arc::new(AtomicUsize::new(0));
+    let shutdown = Shutdown::new();
+    let engine = cellcache_io::start(
+        kind,
+        "127.0.0.1:0".parse().unwrap(),
+        &config,
+        Arc::new(Upper {
+            consumed_total: consumed.clone(),
+            closed_total: closed.clone(),
+        }),
+        shutdown.clone(),
+    )
+    .expect("engine starts");
+    assert_eq!(
+        engine.engine,
+        cellcache_io::resolve(kind).unwrap(),
+        "the engine running is the one asked for, resolved"
+    );
+    assert_ne!(engine.engine, IoEngineKind::Auto);
+    Running {
+        engine,
+        shutdown,
+        consumed,
+        closed,
+    }
+}
+
+fn connect(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
+}
+
+fn answers_pipelined_and_byte_by_byte_input_in_order(kind: IoEngineKind) {
+    let run = start(
+        kind,
+        EngineConfig {
+            threads: 2,
+            ..Default::default()
+        },
+    );
+    let mut s = connect(run.engine.local_addr);
+    s.write_all(b"one\ntwo\nthr").unwrap();
+    for b in b"ee\nfour\n" {
+        s.write_all(&[*b]).unwrap();
+    }
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    for want in ["ONE\n", "TWO\n", "THREE\n", "FOUR\n"] {
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        assert_eq!(line, want);
+    }
+    s.write_all(b"quit\n").unwrap();
+    let mut rest = Vec::new();
+    r.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty(), "quit closes without further output");
+    run.stop();
+}
+
+fn refuses_connections_past_the_limit_with_memcached_error(kind: IoEngineKind) {
+    let run = start(
+        kind,
+        EngineConfig {
+            threads: 1,
+            max_connections: 1,
+            ..Default::default()
+        },
+    );
+    let mut first = connect(run.engine.local_addr);
+    first.write_all(b"hi\n").unwrap();
+    let mut line = String::new();
+    BufReader::new(first.try_clone().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "HI\n");
+    let mut second = connect(run.engine.local_addr);
+    let mut reply = Vec::new();
+    second.read_to_end(&mut reply).unwrap();
+    assert_eq!(reply, b"ERROR Too many open connections\r\n");
+    assert_eq!(run.engine.stats.snapshot().rejected_connections, 1);
+    run.stop();
+}
+
+fn stops_reading_from_a_client_that_does_not_read_replies(kind: IoEngineKind) {
+    let high = 64 * 1024;
+    let run = start(
+        kind,
+        EngineConfig {
+            threads: 1,
+            output_buffer_high_bytes: high,
+            ..Default::default()
+        },
+    );
+    let s = connect(run.engine.local_addr);
+    s.set_write_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut w = s.try_clone().unwrap();
+    let mut msg = vec![b'x'; 1023];
+    msg.push(b'\n');
+    let mut sent = 0usize;
+    // Write until the kernel buffers on both sides are full and the server stops reading.
+    for _ in 0..200_000 {
+        match w.write_all(&msg) {
+            Ok(()) => sent += msg.len(),
+            Err(_) => break,
+        }
+    }
+    let handled = run.consumed.load(Ordering::Relaxed);
+    assert!(
+        handled < sent,
+        "server must stop consuming: handled {handled} of {sent}"
+    );
+    assert!(
+        sent < 200_000 * 1024,
+        "writes never blocked: no backpressure"
+    );
+    run.stop();
+}
+
+fn disconnects_a_client_past_the_input_limit(kind: IoEngineKind) {
+    let limit = 64 * 1024;
+    let run = start(
+        kind,
+        EngineConfig {
+            threads: 1,
+            read_chunk_bytes: 4 * 1024,
+            input_buffer_max_bytes: limit,
+            ..Default::default()
+        },
+    );
+    let mut s = connect(run.engine.local_addr);
+    // One "line" longer than the limit: the session can never consume it.
+    let blob = vec![b'y'; 4 * limit];
+    let _ = s.write_all(&blob);
+    let mut rest = Vec::new();
+    // A reset is as good as an orderly close here; what matters is that it ends.
+    let _ = s.read_to_end(&mut rest);
+    assert!(rest.is_empty());
+    assert_eq!(run.engine.stats.snapshot().input_overflows, 1);
+    run.stop();
+}
+
+fn closes_idle_connections_after_the_timeout(kind: IoEngineKind) {
+    let run = start(
+        kind,
+        EngineConfig {
+            threads: 1,
+            idle_timeout_secs: 1,
+            ..Default::default()
+        },
+    );
+    let mut s = connect(run.engine.local_addr);
+    s.write_all(b"ping\n").unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    assert_eq!(line, "PING\n");
+    // Then silence: the engine closes the connection (read returns EOF, not a timeout).
+    let mut rest = Vec::new();
+    r.read_to_end(&mut rest)
+        .expect("closed by the engine before the client's read timeout");
+    assert_eq!(run.engine.stats.snapshot().idle_kicks, 1);
+    run.stop();
+}
+
+fn graceful_shutdown_answers_what_was_received_then_closes(kind: IoEngineKind) {
+    let run = start(
+        kind,
+        EngineConfig {
+            threads: 1,
+            ..Default::default()
+        },
+    );
+    let mut s = connect(run.engine.local_addr);
+    s.write_all(b"last\n").unwrap();
+    let mut line = String::new();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    r.read_line(&mut line).unwrap();
+    assert_eq!(line, "LAST\n");
+    run.shutdown.trigger();
+    let mut rest = Vec::new();
+    r.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty());
+    let addr = run.engine.local_addr;
+    let closed = run.closed.clone();
+    run.engine.join();
+    assert_eq!(
+        closed.load(Ordering::Relaxed),
+        1,
+        "on_close ran exactly once"
+    );
+    assert!(
+        TcpStream::connect(addr).is_err(),
+        "listener must be closed after shutdown"
+    );
+}
+
+fn notify_from_another_thread_delivers_deferred_output(kind: IoEngineKind) {
+    let run = start(
+        kind,
+        EngineConfig {
+            threads: 2,
+            ..Default::default()
+        },
+    );
+    let mut s = connect(run.engine.local_addr);
+    s.write_all(b"defer\nafter\n").unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        got.push(line);
+    }
+    got.sort();
+    assert_eq!(got, ["AFTER\n", "DEFERRED\n"]);
+    run.stop();
+}
+
+/// Many connections at once, each pipelining many requests: every answer arrives, in
+/// order, on the right connection.
+fn many_pipelining_connections_get_every_answer_in_order(kind: IoEngineKind) {
+    const CONNECTIONS: usize = 200;
+    const REQUESTS: usize = 200;
+    const CLIENT_THREADS: usize = 8;
+    let run = start(
+        kind,
+        EngineConfig {
+            threads: 2,
+            ..Default::default()
+        },
+    );
+    let addr = run.engine.local_addr;
+    let clients: Vec<_> = (0..CLIENT_THREADS)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let ids: Vec<usize> = (t..CONNECTIONS).step_by(CLIENT_THREADS).collect();
+                let mut streams: Vec<TcpStream> = ids.iter().map(|_| connect(addr)).collect();
+                // Everything is written before anything is read: ~3 KiB per connection
+                // fits the socket buffers, so this cannot deadlock.
+                for (id, s) in ids.iter().zip(&mut streams) {
+                    let batch: String = (0..REQUESTS).map(|r| format!("c{id}r{r}\n")).collect();
+                    s.write_all(batch.as_bytes()).unwrap();
+                }
+                for (id, s) in ids.iter().zip(streams) {
+                    let mut r = BufReader::new(s);
+                    for req in 0..REQUESTS {
+                        let mut line = String::new();
+                        r.read_line(&mut line).unwrap();
+                        assert_eq!(line, format!("C{id}R{req}\n"));
+                    }
+                }
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().expect("client thread");
+    }
+    let snap = run.engine.stats.snapshot();
+    assert_eq!(snap.total_connections, CONNECTIONS as u64);
+    run.stop();
+}
+
+macro_rules! engine_suite {
+    ($module:ident, $kind:expr, [$($test:ident),* $(,)?]) => {
+        mod $module {
+            $(
+                #[test]
+                fn $test() {
+                    if let Some(kind) = super::runnable($kind, stringify!($test)) {
+                        super::$test(kind);
+                    }
+                }
+            )*
+        }
+    };
+}
+
+macro_rules! every_engine {
+    ($($module:ident => $kind:expr),* $(,)?) => {
+        $(
+            engine_suite!($module, $kind, [
+                answers_pipelined_and_byte_by_byte_input_in_order,
+                refuses_connections_past_the_limit_with_memcached_error,
+                stops_reading_from_a_client_that_does_not_read_replies,
+                disconnects_a_client_past_the_input_limit,
+                closes_idle_connections_after_the_timeout,
+                graceful_shutdown_answers_what_was_received_then_closes,
+                notify_from_another_thread_delivers_deferred_output,
+                many_pipelining_connections_get_every_answer_in_order,
+            ]);
+        )*
+    };
+}
+
+every_engine! {
+    threads => cellcache_io::IoEngineKind::Threads,
+    epoll => cellcache_io::IoEngineKind::Epoll,
+    uring => cellcache_io::IoEngineKind::Uring,
+}
+
+#[test]
+fn auto_runs_uring_when_the_kernel_allows_it_else_epoll() {
+    let want = match cellcache_io::uring_support() {
+        Ok(()) => IoEngineKind::Uring,
+        Err(why) => {
+            eprintln!("auto resolves to epoll here: {why}");
+            IoEngineKind::Epoll
+        }
+    };
+    assert_eq!(cellcache_io::resolve(IoEngineKind::Auto).unwrap(), want);
+    let run = start(IoEngineKind::Auto, EngineConfig::default());
+    assert_eq!(run.engine.engine, want);
+    let mut s = connect(run.engine.local_addr);
+    s.write_all(b"auto\n").unwrap();
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).unwrap();
+    assert_eq!(line, "AUTO\n");
+    run.stop();
+}
+
+#[test]
+fn explicit_uring_fails_at_start_exactly_when_unsupported() {
+    let result = cellcache_io::resolve(IoEngineKind::Uring);
+    match cellcache_io::uring_support() {
+        Ok(()) => assert_eq!(result.unwrap(), IoEngineKind::Uring),
+        Err(why) => {
+            let err = result.unwrap_err().to_string();
+            assert!(err.contains("fix:"), "error names the fix: {err}");
+            eprintln!("uring unavailable here, as the error says: {why}");
+        }
+    }
+}
