@@ -29,7 +29,9 @@ def server_command(port, extra):
     binary = os.environ.get("CELLCACHE_BIN", os.path.join(ROOT, "target", "debug", "cellcache"))
     if not os.path.exists(binary):
         pytest.fail(f"{binary} not built: run `cargo build` first (scripts/test does)")
-    return [binary, "serve", "-l", "127.0.0.1", "-p", str(port)] + extra
+    engine = os.environ.get("CELLCACHE_TEST_IO_ENGINE")
+    engine_args = ["--io-engine", engine] if engine else []
+    return [binary, "serve", "-l", "127.0.0.1", "-p", str(port)] + engine_args + extra
 
 
 def wait_ready(proc, port):

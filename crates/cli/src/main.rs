@@ -24,12 +24,41 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Print the effective configuration (defaults, file, environment and flags merged) as TOML.
     Config(serve::ServeArgs),
+    /// Show which I/O engines this kernel allows (and why io_uring is not, when it is not).
+    Engines(EnginesArgs),
+}
+
+#[derive(clap::Args)]
+struct EnginesArgs {
+    /// Exit with status 1 unless this engine can run here.
+    #[arg(long, value_name = "ENGINE")]
+    require: Option<cellcache_io::IoEngineKind>,
+}
+
+/// `cellcache engines`: epoll and threads always run on Linux; io_uring needs the kernel's
+/// permission, which sysctls and container seccomp profiles may withhold.
+fn engines(args: EnginesArgs) -> anyhow::Result<()> {
+    use cellcache_io::IoEngineKind;
+    let uring = cellcache_io::uring_support();
+    println!("epoll    available");
+    println!("threads  available");
+    match &uring {
+        Ok(()) => println!("uring    available"),
+        Err(e) => println!("uring    unavailable: {e}"),
+    }
+    let auto = if uring.is_ok() { "uring" } else { "epoll" };
+    println!("auto     selects {auto}");
+    if let (Some(IoEngineKind::Uring), Err(e)) = (args.require, &uring) {
+        anyhow::bail!("io_uring is required but unavailable: {e}");
+    }
+    Ok(())
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => serve::run(args),
+        Command::Engines(args) => engines(args),
         Command::Config(args) => {
             let config = args.resolve()?;
             print!("{}", toml::to_string_pretty(&config)?);

@@ -32,7 +32,7 @@ pub struct ServeArgs {
     /// Allow the `shutdown` command (memcached -A).
     #[arg(short = 'A', long)]
     pub enable_shutdown: bool,
-    /// I/O engine: auto, epoll.
+    /// I/O engine: auto (io_uring if the kernel allows it, else epoll), epoll, uring, threads.
     #[arg(long, value_name = "ENGINE")]
     pub io_engine: Option<IoEngineKind>,
     /// Close connections idle this many seconds (0 = never).

@@ -3,7 +3,7 @@
 
 use crate::config::NodeConfig;
 use crate::counters::Counters;
-use cellcache_io::{EngineStats, Shutdown};
+use cellcache_io::{EngineStats, IoEngineKind, Shutdown};
 use cellcache_proto::Limits;
 use cellcache_store::Store;
 use std::sync::{Arc, OnceLock};
@@ -21,6 +21,8 @@ pub struct Cell {
     pub shutdown: Shutdown,
     /// Set once the engine runs (its counters feed `stats`).
     pub engine_stats: OnceLock<Arc<EngineStats>>,
+    /// The engine actually running (`auto` resolved).
+    pub engine: OnceLock<IoEngineKind>,
     pub started: Instant,
     pub started_unix: u64,
 }
@@ -34,6 +36,7 @@ impl Cell {
             counters: Counters::default(),
             shutdown,
             engine_stats: OnceLock::new(),
+            engine: OnceLock::new(),
             started: Instant::now(),
             started_unix: unix_now_secs(),
         }

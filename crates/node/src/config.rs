@@ -124,7 +124,12 @@ pub const ENV_PREFIX: &str = "CELLCACHE_";
 impl NodeConfig {
     /// Defaults, then `file` (if any), then `CELLCACHE_*` environment variables.
     pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
-        Self::load_from(file, Env::prefixed(ENV_PREFIX).split("__"))
+        // Every field is `<SECTION>__<FIELD>`; other CELLCACHE_* variables (a wrapper
+        // script's, the test harness's) are not configuration and must not be refused.
+        let env = Env::prefixed(ENV_PREFIX)
+            .filter(|key| key.as_str().contains("__"))
+            .split("__");
+        Self::load_from(file, env)
     }
 
     /// Like [`NodeConfig::load`] with an explicit environment provider (tests use it to
@@ -223,6 +228,7 @@ mod tests {
             jail.create_file("c.toml", "[server]\nport = 1000\n[io]\nthreads = 3\n")?;
             jail.set_env("CELLCACHE_SERVER__PORT", "2000");
             jail.set_env("CELLCACHE_STORE__MEMORY_LIMIT_BYTES", "33554432");
+            jail.set_env("CELLCACHE_UNRELATED", "ignored: not SECTION__FIELD");
             let c = NodeConfig::load(Some(Path::new("c.toml"))).map_err(|e| e.to_string())?;
             assert_eq!(c.server.port, 2000);
             assert_eq!(c.io.threads, 3);

@@ -45,9 +45,16 @@ impl Node {
         let engine_config = config.io.clone();
         let cell = Arc::new(Cell::new(config, store, limits, shutdown.clone()));
         let service = Arc::new(conn::ClientService { cell: cell.clone() });
-        let engine = cellcache_io::epoll::start(addr, &engine_config, service, shutdown)
-            .context("starting the I/O engine")?;
+        let engine = cellcache_io::start(
+            cell.config.server.io_engine,
+            addr,
+            &engine_config,
+            service,
+            shutdown,
+        )
+        .context("starting the I/O engine")?;
         let _ = cell.engine_stats.set(engine.stats.clone());
+        let _ = cell.engine.set(engine.engine);
         Ok(Node { cell, engine })
     }
 

@@ -24,6 +24,12 @@ pub fn target() -> String {
     std::env::var("CELLCACHE_TEST_SERVER").unwrap_or_else(|_| "cellcache".into())
 }
 
+/// The I/O engine the cellcache under test uses (`CELLCACHE_TEST_IO_ENGINE`), or its
+/// default (`auto`) when unset.
+pub fn io_engine() -> Option<String> {
+    std::env::var("CELLCACHE_TEST_IO_ENGINE").ok()
+}
+
 pub fn is_memcached() -> bool {
     target() == "memcached"
 }
@@ -55,6 +61,9 @@ impl Server {
             } else {
                 let mut c = Command::new(env!("CARGO_BIN_EXE_cellcache"));
                 c.args(["serve", "-l", "127.0.0.1", "-p", &port.to_string()]);
+                if let Some(engine) = io_engine() {
+                    c.args(["--io-engine", &engine]);
+                }
                 c.env("CELLCACHE_LOG__LEVEL", "warn");
                 c
             };
