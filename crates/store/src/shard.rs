@@ -396,11 +396,20 @@ impl Shard {
             }
             if let Some(f) = self.slabs.head(ListId::Free) {
                 let m = &mut self.slabs.meta[f as usize];
-                m.cas_base = cas;
-                m.last_access = now;
-                self.slabs.move_to(f, ListId::Partial);
-                self.policy.on_open(f);
-                continue;
+                if len_for(cas) > m.len as usize {
+                    // Only the arena's last slab can be shorter than an item. Rotate it behind
+                    // the other free slabs; if it is the only free one, make room instead.
+                    if self.slabs.count(ListId::Free) > 1 {
+                        self.slabs.move_to(f, ListId::Free);
+                        continue;
+                    }
+                } else {
+                    m.cas_base = cas;
+                    m.last_access = now;
+                    self.slabs.move_to(f, ListId::Partial);
+                    self.policy.on_open(f);
+                    continue;
+                }
             }
             if self.compact_one(now) {
                 continue;
