@@ -47,6 +47,7 @@ fn main() {
     for eviction in [
         EvictionPolicyKind::SlabLru,
         EvictionPolicyKind::LeastLiveOfLru { candidates: 8 },
+        EvictionPolicyKind::SecondChanceLru,
     ] {
         for permille in [1000u32, 500, 250, 100] {
             let config = StoreConfig {
@@ -88,12 +89,7 @@ fn main() {
             }
             let secs = start.elapsed().as_secs_f64();
             let st = store.stats();
-            let name = match eviction {
-                EvictionPolicyKind::SlabLru => "slab_lru".to_string(),
-                EvictionPolicyKind::LeastLiveOfLru { candidates } => {
-                    format!("least_live_of_lru({candidates})")
-                }
-            };
+            let name = eviction.to_string();
             println!(
                 "| {permille} | {name} | {:.2} | {} | {} | {} | {:.1} | {:.2} |",
                 100.0 * hits as f64 / gets as f64,

@@ -190,8 +190,13 @@ fn main() {
     println!();
     println!("| dist | eviction | hit % | Mops/s (1 thread) |");
     println!("|---|---|---:|---:|");
+    let second_chance = StoreConfig {
+        eviction: EvictionPolicyKind::SecondChanceLru,
+        ..StoreConfig::default()
+    };
     for dist in [Dist::Uniform, Dist::Zipf] {
-        for (name, cfg) in [("slab_lru", &shared), ("least_live_of_lru(8)", &least_live)] {
+        for cfg in [&shared, &least_live, &second_chance] {
+            let name = cfg.eviction.to_string();
             let r = run(cfg, 1, dist, ops, &zipf);
             println!(
                 "| {dist:?} | {name} | {:.2} | {:.2} |",
