@@ -30,6 +30,21 @@ pub enum EvictionPolicyKind {
         /// How many LRU-tail slabs are compared (≥ 1).
         candidates: usize,
     },
+    /// Slab LRU whose victim slab keeps (compacts) the items read since they were written and
+    /// drops only the unread ones.
+    SecondChanceLru,
+}
+
+impl std::fmt::Display for EvictionPolicyKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EvictionPolicyKind::SlabLru => write!(f, "slab_lru"),
+            EvictionPolicyKind::LeastLiveOfLru { candidates } => {
+                write!(f, "least_live_of_lru({candidates})")
+            }
+            EvictionPolicyKind::SecondChanceLru => write!(f, "second_chance_lru"),
+        }
+    }
 }
 
 /// Configuration of a [`crate::Store`]. Deserializable so the node's TOML embeds it.

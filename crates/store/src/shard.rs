@@ -19,7 +19,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::config::{EvictionPolicyKind, KEY_LEN_MAX, StoreConfig};
-use crate::eviction::{EvictionPolicy, LeastLiveOfLru, SlabLru, SlabView};
+use crate::eviction::{EvictionPolicy, LeastLiveOfLru, SecondChanceLru, SlabLru, SlabView};
 use crate::expiry::Expiry;
 use crate::feed::{Change, ChangeKind, ChangeSink};
 use crate::index::{Index, SLOT_BYTES, SLOTS_PER_BUCKET};
@@ -132,11 +132,14 @@ impl Shard {
     pub fn new(c: &StoreConfig, budget: usize) -> Shard {
         let sizing = ShardSizing::compute(c, budget);
         let slabs = Slabs::new(sizing.arena_bytes as u64, c.slab_size_bytes as u64);
+        // Each slab is queued for compaction at most once, so this never grows.
+        let slab_count = slabs.len();
         let policy: Box<dyn EvictionPolicy> = match c.eviction {
             EvictionPolicyKind::SlabLru => Box::new(SlabLru::new(slabs.len())),
             EvictionPolicyKind::LeastLiveOfLru { candidates } => {
                 Box::new(LeastLiveOfLru::new(slabs.len(), candidates))
             }
+            EvictionPolicyKind::SecondChanceLru => Box::new(SecondChanceLru::new(slabs.len())),
         };
         Shard {
             arena: vec![0u8; sizing.arena_bytes],
@@ -147,7 +150,7 @@ impl Shard {
             item_size_max: c.item_size_max_bytes,
             compaction_dead_permille: c.compaction_dead_permille,
             index_full_evictions_max: c.index_full_evictions_max,
-            compaction_queue: VecDeque::new(),
+            compaction_queue: VecDeque::with_capacity(slab_count),
             flush_at: None,
             scratch: Vec::new(),
             counters: ShardCounters::default(),
@@ -283,7 +286,8 @@ impl Shard {
         let m = &mut self.slabs.meta[s as usize];
         m.write_offset = 0;
         m.live_bytes = 0;
-        m.compaction_queued = false;
+        // `compaction_queued` stays: it says whether the slab is in the queue, and a stale
+        // entry is skipped when popped. Resetting it here could queue the slab twice.
         self.slabs.move_to(s, ListId::Free);
         self.policy.on_release(s);
     }
@@ -296,6 +300,9 @@ impl Shard {
             }
         }
         self.compaction_queue.clear();
+        for m in &mut self.slabs.meta {
+            m.compaction_queued = false;
+        }
     }
 
     /// The item at byte `off` of slab `s`, if `off` is below the slab's write offset. Slab walks
@@ -339,6 +346,53 @@ impl Shard {
             self.release(s);
         }
         self.counters.evicted_slabs += 1;
+    }
+
+    /// Second-chance clearing of slab `s`: items read since written stay (compacted to the slab's
+    /// start, fetched bit cleared), everything else leaves the index. The slab then becomes the
+    /// partial head and most recent; if nothing stayed it is free.
+    fn evict_slab_keeping_fetched(&mut self, s: SlabId, now: u32) {
+        let start = self.slabs.meta[s as usize].start;
+        let (mut dst, mut off, mut kept) = (0u64, 0u64, 0u64);
+        // Same in-place walk as compaction: items only move down.
+        while let Some((loc, h)) = self.item_in_slab(s, off) {
+            off += h.total_len as u64;
+            let Some(slot) = self.live_slot(loc, &h) else {
+                continue;
+            };
+            let expired = Expiry::at(h.expiry).is_expired(now);
+            if expired || h.ctrl & CTRL_FETCHED == 0 {
+                let why = if expired {
+                    Unlink::Expired
+                } else {
+                    Unlink::Evicted
+                };
+                self.unlink(slot, loc, &h, why);
+                if self.slabs.meta[s as usize].list == ListId::Free {
+                    break;
+                }
+                continue;
+            }
+            self.arena[loc as usize] &= !CTRL_FETCHED;
+            let new_loc = start + dst;
+            if new_loc != loc {
+                self.arena
+                    .copy_within(loc as usize..loc as usize + h.total_len, new_loc as usize);
+                self.index.set_loc(slot, new_loc);
+            }
+            dst += h.total_len as u64;
+            kept += 1;
+        }
+        self.counters.evicted_slabs += 1;
+        self.counters.second_chance_items += kept;
+        let m = &mut self.slabs.meta[s as usize];
+        if m.list == ListId::Free {
+            return;
+        }
+        debug_assert_eq!(u64::from(m.live_bytes), dst);
+        m.write_offset = dst as u32;
+        self.slabs.move_to(s, ListId::Partial);
+        self.policy.on_access(s);
     }
 
     /// Compacts one queued slab in place; false if none qualifies any more.
@@ -402,9 +456,10 @@ impl Shard {
         cas: u64,
         now: u32,
     ) -> Result<(u64, usize), StoreError> {
-        // Each round makes progress (fills, opens, compacts or evicts a slab); 3 rounds per slab
-        // bound it even if every slab is visited.
-        for _ in 0..3 * self.slabs.len() + 3 {
+        // Each round makes progress (fills, opens, compacts or clears a slab). A slab is visited
+        // at most twice by clearing (a second-chance pass clears fetched bits, the next one drops)
+        // and each visit takes two rounds: 5 rounds per slab bound it.
+        for _ in 0..5 * self.slabs.len() + 5 {
             if let Some(h) = self.slabs.head(ListId::Partial) {
                 let m = &mut self.slabs.meta[h as usize];
                 let len = len_for(m.cas_base);
@@ -431,11 +486,20 @@ impl Shard {
                 .filter(|_| self.slabs_in_use() < self.slab_quota)
             {
                 let m = &mut self.slabs.meta[f as usize];
-                m.cas_base = cas;
-                m.last_access = now;
-                self.slabs.move_to(f, ListId::Partial);
-                self.policy.on_open(f);
-                continue;
+                if len_for(cas) > m.len as usize {
+                    // Only the arena's last slab can be shorter than an item. Rotate it behind
+                    // the other free slabs; if it is the only free one, make room instead.
+                    if self.slabs.count(ListId::Free) > 1 {
+                        self.slabs.move_to(f, ListId::Free);
+                        continue;
+                    }
+                } else {
+                    m.cas_base = cas;
+                    m.last_access = now;
+                    self.slabs.move_to(f, ListId::Partial);
+                    self.policy.on_open(f);
+                    continue;
+                }
             }
             if self.compact_one(now) {
                 continue;
@@ -444,7 +508,11 @@ impl Shard {
             let Some(victim) = self.policy.victim(&view, None) else {
                 break;
             };
-            self.evict_slab(victim, now);
+            if self.policy.retain_fetched() {
+                self.evict_slab_keeping_fetched(victim, now);
+            } else {
+                self.evict_slab(victim, now);
+            }
         }
         Err(StoreError::OutOfMemory)
     }
@@ -881,6 +949,7 @@ impl Shard {
         s.expired_unfetched += c.expired_unfetched;
         s.compactions += c.compactions;
         s.compacted_bytes += c.compacted_bytes;
+        s.second_chance_items += c.second_chance_items;
         s.get_hits += c.get_hits;
         s.get_misses += c.get_misses;
         s.index_full_evictions += c.index_full_evictions;

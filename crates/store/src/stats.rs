@@ -23,6 +23,8 @@ pub struct Stats {
     pub expired_unfetched: u64,
     /// Slabs compacted in place.
     pub compactions: u64,
+    /// Items kept by a second-chance eviction (read since written, compacted instead of dropped).
+    pub second_chance_items: u64,
     /// Dead bytes recovered by compaction.
     pub compacted_bytes: u64,
     /// Slabs on the free list.
@@ -62,6 +64,7 @@ pub(crate) struct ShardCounters {
     pub expired_unfetched: u64,
     pub compactions: u64,
     pub compacted_bytes: u64,
+    pub second_chance_items: u64,
     pub get_hits: u64,
     pub get_misses: u64,
     pub index_full_evictions: u64,

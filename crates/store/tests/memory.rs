@@ -52,8 +52,17 @@ const NOW: u32 = 1_000_000;
 /// concurrently in this binary.
 #[test]
 fn heap_stays_within_limit_plus_documented_overhead() {
-    for layout in [Layout::Shared, Layout::Partitioned { shards: 4 }] {
+    let runs = [
+        (Layout::Shared, EvictionPolicyKind::SlabLru),
+        (
+            Layout::Partitioned { shards: 4 },
+            EvictionPolicyKind::SlabLru,
+        ),
+        (Layout::Shared, EvictionPolicyKind::SecondChanceLru),
+    ];
+    for (layout, eviction) in runs {
         let config = StoreConfig {
+            eviction,
             memory_limit_bytes: 8 << 20,
             slab_size_bytes: 64 << 10,
             item_size_max_bytes: 32 << 10,
@@ -71,6 +80,9 @@ fn heap_stays_within_limit_plus_documented_overhead() {
         // use the scratch buffer, touch rewrites) and varied sizes, so every slab is reused.
         for i in 0..40_000u32 {
             let key = format!("mem-{}", i % 9000);
+            if i % 2 == 0 {
+                store.get(key.as_bytes(), NOW, |v| v.value.len());
+            }
             let len = [10usize, 100, 1000, 5000, 30_000][(i % 5) as usize]
                 .min(store.config().item_size_max_bytes);
             value.clear();

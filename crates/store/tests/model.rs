@@ -425,9 +425,12 @@ proptest! {
     fn matches_model_under_eviction(
         ops in proptest::collection::vec(ops(60, 1500), 1..300),
         compaction in prop_oneof![Just(200u32), Just(1000)],
-        least_live in any::<bool>(),
+        policy in prop_oneof![
+            Just(EvictionPolicyKind::SlabLru),
+            Just(EvictionPolicyKind::LeastLiveOfLru { candidates: 3 }),
+            Just(EvictionPolicyKind::SecondChanceLru),
+        ],
     ) {
-        let policy = if least_live { EvictionPolicyKind::LeastLiveOfLru { candidates: 3 } } else { EvictionPolicyKind::SlabLru };
         run(tight(compaction, policy), ops, true)?;
     }
 }

@@ -682,3 +682,64 @@ fn partitioned_layout_behaves_like_shared() {
         s.check_invariants();
     }
 }
+
+#[test]
+fn largest_items_never_fail_when_the_last_slab_is_short() {
+    // 5 KiB over a whole number of slabs plus index: the arena's last slab is short.
+    let cfg = StoreConfig {
+        memory_limit_bytes: (200 << 10) + 5000,
+        ..small_config()
+    };
+    let s = Store::new(cfg).unwrap();
+    let max = s.config().item_size_max_bytes;
+    let tail = s.stats().arena_bytes % (16 << 10);
+    assert!(
+        tail > 0 && (tail as usize) < max,
+        "the arena must end in a short slab ({tail})"
+    );
+    let big = vec![9u8; max];
+    for i in 0..200u32 {
+        let key = format!("big{i}");
+        assert!(
+            matches!(
+                s.write(&WriteRequest::set(key.as_bytes(), &big), NOW),
+                Ok(WriteOutcome::Stored { .. })
+            ),
+            "write {i}"
+        );
+        // Small items may still use the short slab.
+        set(&s, format!("small{i}").as_bytes(), b"x");
+    }
+    assert!(get(&s, b"big199", NOW).is_some());
+    s.check_invariants();
+}
+
+#[test]
+fn second_chance_keeps_read_items_and_drops_unread_neighbours() {
+    let cfg = StoreConfig {
+        eviction: EvictionPolicyKind::SecondChanceLru,
+        ..small_config()
+    };
+    let s = Store::new(cfg).unwrap();
+    let v = [4u8; 500];
+    // Hot keys are written among cold ones and read regularly; slab LRU would keep or drop
+    // them together with their slab, second chance keeps exactly the read ones.
+    for i in 0..4000u32 {
+        set(&s, format!("c{i}").as_bytes(), &v);
+        if i % 50 == 0 {
+            set(&s, format!("hot{}", i / 50).as_bytes(), &v);
+        }
+        if i % 10 == 0 {
+            for h in 0..=(i / 50) {
+                assert!(
+                    get(&s, format!("hot{h}").as_bytes(), NOW).is_some(),
+                    "hot{h} lost at {i}"
+                );
+            }
+        }
+    }
+    let st = s.stats();
+    assert!(st.second_chance_items > 0 && st.evicted_items > 0, "{st:?}");
+    assert!(get(&s, b"c1", NOW).is_none());
+    s.check_invariants();
+}

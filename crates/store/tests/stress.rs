@@ -174,8 +174,20 @@ fn check_value(key: &[u8], v: &[u8]) {
 /// and belong to its key.
 #[test]
 fn readers_never_see_torn_values_while_slabs_are_reused() {
-    for layout in [Layout::Shared, Layout::Partitioned { shards: 2 }] {
-        let store = Store::new(config(layout, 256 << 10)).unwrap();
+    let runs = [
+        (Layout::Shared, EvictionPolicyKind::SlabLru),
+        (
+            Layout::Partitioned { shards: 2 },
+            EvictionPolicyKind::SlabLru,
+        ),
+        (Layout::Shared, EvictionPolicyKind::SecondChanceLru),
+    ];
+    for (layout, eviction) in runs {
+        let store = Store::new(StoreConfig {
+            eviction,
+            ..config(layout, 256 << 10)
+        })
+        .unwrap();
         let stop = AtomicBool::new(false);
         std::thread::scope(|scope| {
             for t in 0..2u64 {
@@ -203,6 +215,7 @@ fn readers_never_see_torn_values_while_slabs_are_reused() {
                             break;
                         }
                         let k = format!("k{}", rng.gen_range(0..2000)).into_bytes();
+                        // Reads set fetched bits, so second-chance clearing keeps and moves items.
                         if let Some(v) = store.get(&k, NOW, |v| v.value.to_vec()) {
                             check_value(&k, &v);
                             checked += 1;
