@@ -132,8 +132,10 @@ impl Retrieve<'_> {
 }
 
 /// The keys of a multi-key retrieval: a borrowed slice of the request line,
-/// split on demand, so a `get` with many keys allocates nothing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// split on demand, so a `get` with many keys allocates nothing. Two `Keys`
+/// are equal when they hold the same keys in the same order, however they
+/// were spaced on the wire.
+#[derive(Debug, Clone, Copy)]
 pub struct Keys<'a> {
     text: &'a [u8],
     count: usize,
@@ -193,6 +195,14 @@ impl<'a> Keys<'a> {
         self.iter().next().unwrap_or_default()
     }
 }
+
+impl PartialEq for Keys<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.count == other.count && self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Keys<'_> {}
 
 impl<'a> IntoIterator for Keys<'a> {
     type Item = &'a [u8];
