@@ -39,7 +39,9 @@ pub use meta::{
 };
 pub use parse::{Parsed, parse};
 pub use reply::{ParsedReply, ReplyError, parse_reply};
-pub use request::{ArithmeticOp, Keys, KeysError, Request, Retrieve, StatsGroup, Store, StoreMode};
+pub use request::{
+    ArithmeticOp, Keys, KeysError, Request, Retrieve, StatsGroup, Store, StoreMode, write_retrieve,
+};
 pub use response::{
     MetaReply, MetaReplyFlags, MetaStatus, Response, write_meta_header, write_value_end,
     write_value_header,

@@ -120,6 +120,17 @@ mod tests {
     }
 
     #[test]
+    fn config_overrides_some_fields_and_defaults_the_rest() {
+        let limits: Limits =
+            serde_json::from_str(r#"{"key_bytes_max": 100, "keys_per_get_max": 8}"#)
+                .expect("valid limits config");
+        assert_eq!(limits.key_bytes_max, 100);
+        assert_eq!(limits.keys_per_get_max, 8);
+        assert_eq!(limits.value_bytes_max, VALUE_BYTES_MAX_DEFAULT);
+        assert!(serde_json::from_str::<Limits>(r#"{"key_bytes": 1}"#).is_err());
+    }
+
+    #[test]
     fn validate_rejects_unusable_limits() {
         let zero_key = Limits {
             key_bytes_max: 0,

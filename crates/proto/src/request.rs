@@ -139,8 +139,10 @@ impl Retrieve<'_> {
 }
 
 /// The keys of a multi-key retrieval: a borrowed slice of the request line,
-/// split on demand, so a `get` with many keys allocates nothing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// split on demand, so a `get` with many keys allocates nothing. Two `Keys`
+/// are equal when they hold the same keys in the same order, however they
+/// were spaced on the wire.
+#[derive(Debug, Clone, Copy)]
 pub struct Keys<'a> {
     text: &'a [u8],
     count: usize,
@@ -200,6 +202,14 @@ impl<'a> Keys<'a> {
         self.iter().next().unwrap_or_default()
     }
 }
+
+impl PartialEq for Keys<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.count == other.count && self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Keys<'_> {}
 
 impl<'a> IntoIterator for Keys<'a> {
     type Item = &'a [u8];
@@ -319,6 +329,37 @@ impl<'a> StatsGroup<'a> {
     }
 }
 
+/// Appends a retrieval line (`get`, `gets`, `gat`, `gats` by the two
+/// options) for `keys`, `\r\n` included. Clients and the forwarder use it
+/// to send any list of keys (say, the subset of a multi-get one cell owns)
+/// without building a [`Keys`] first.
+pub fn write_retrieve<'k>(
+    out: &mut Vec<u8>,
+    return_cas: bool,
+    touch_exptime: Option<i64>,
+    keys: impl IntoIterator<Item = &'k [u8]>,
+) {
+    let command = Retrieve {
+        return_cas,
+        touch_exptime,
+        keys: Keys {
+            text: b"",
+            count: 0,
+        },
+    }
+    .command();
+    out.extend_from_slice(command.as_bytes());
+    if let Some(exptime) = touch_exptime {
+        out.push(b' ');
+        write_i64(out, exptime);
+    }
+    for key in keys {
+        out.push(b' ');
+        out.extend_from_slice(key);
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
 fn noreply(out: &mut Vec<u8>, on: bool) {
     if on {
         out.extend_from_slice(b" noreply");
@@ -349,15 +390,8 @@ impl Request<'_> {
     pub fn encode(&self, out: &mut Vec<u8>) {
         match self {
             Request::Retrieve(r) => {
-                out.extend_from_slice(r.command().as_bytes());
-                if let Some(exptime) = r.touch_exptime {
-                    out.push(b' ');
-                    write_i64(out, exptime);
-                }
-                for key in r.keys.iter() {
-                    out.push(b' ');
-                    out.extend_from_slice(key);
-                }
+                write_retrieve(out, r.return_cas, r.touch_exptime, r.keys.iter());
+                return;
             }
             Request::Store(s) => {
                 out.extend_from_slice(s.mode.command().as_bytes());

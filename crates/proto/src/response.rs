@@ -173,9 +173,10 @@ impl MetaReplyFlags<'_> {
         present
     }
 
-    /// Appends `b`, `Z`, `X`, `W` in memcached's order (after return flags).
-    fn write_trailer(&self, key_written: bool, out: &mut Vec<u8>) {
-        if self.base64_key && key_written {
+    /// Appends `b` (when `base64`), `Z`, `X`, `W` in memcached's order
+    /// (after the return flags).
+    fn write_trailer(&self, base64: bool, out: &mut Vec<u8>) {
+        if base64 {
             out.extend_from_slice(b" b");
         }
         if self.win_sent {
@@ -224,12 +225,10 @@ impl MetaReply<'_> {
             out.push(b' ');
             write_u64(out, self.value.unwrap_or_default().len() as u64);
         }
-        let mut key_written = false;
         for flag in CANONICAL_ORDER {
-            let written = self.flags.write_flag(flag, self.flags.opaque, out);
-            key_written |= written && flag == ReturnFlag::Key;
+            self.flags.write_flag(flag, self.flags.opaque, out);
         }
-        self.flags.write_trailer(key_written, out);
+        self.flags.write_trailer(self.flags.base64_key, out);
         out.extend_from_slice(b"\r\n");
         if let Some(value) = self.value {
             out.extend_from_slice(value);
@@ -260,7 +259,7 @@ pub fn write_meta_header(
         let written = item.write_flag(flag, requested.opaque(), out);
         key_written |= written && flag == ReturnFlag::Key;
     }
-    item.write_trailer(key_written, out);
+    item.write_trailer(item.base64_key && key_written, out);
     out.extend_from_slice(b"\r\n");
 }
 

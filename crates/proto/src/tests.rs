@@ -1240,3 +1240,13 @@ fn client_parses_server_replies() {
         ParsedReply::Error(ReplyError::LineTooLong)
     );
 }
+
+#[test]
+fn write_retrieve_sends_any_key_list() {
+    let mut out = Vec::new();
+    write_retrieve(&mut out, true, Some(30), [&b"a"[..], b"b"]);
+    assert_eq!(out, b"gats 30 a b\r\n");
+    out.clear();
+    write_retrieve(&mut out, false, None, [&b"k"[..]]);
+    assert_eq!(out, b"get k\r\n");
+}

@@ -343,8 +343,7 @@ fn meta_reply_flags() -> impl Strategy<Value = MetaReplyFlags<'static>> {
                 opaque,
                 size,
                 ttl_secs,
-                // `b` is only written next to a key.
-                base64_key: base64 && key.is_some(),
+                base64_key: base64,
                 won,
                 stale,
                 win_sent,

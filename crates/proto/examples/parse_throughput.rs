@@ -1,0 +1,89 @@
+//! Parse throughput of pipelined `get` and `set` requests: the hot path of
+//! every connection. Run in release mode:
+//!
+//! ```text
+//! cargo run --release -p cellcache-proto --example parse_throughput
+//! ```
+//!
+//! It builds a buffer of pipelined requests once, then parses it repeatedly
+//! for about a second per workload and prints requests per second and bytes
+//! per second. The numbers are for comparing parser changes on one machine.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use cellcache_proto::{Limits, Parsed, Request, parse};
+
+/// Requests in one pipelined buffer.
+const REQUESTS_PER_BUFFER: usize = 10_000;
+/// How long each workload runs.
+const RUN_TIME: Duration = Duration::from_secs(1);
+
+fn workload(name: &str, buffer: &[u8], limits: &Limits) {
+    let started = Instant::now();
+    let mut requests: u64 = 0;
+    let mut passes: u64 = 0;
+    while started.elapsed() < RUN_TIME {
+        let mut rest = buffer;
+        while !rest.is_empty() {
+            match parse(black_box(rest), limits) {
+                Parsed::Complete { request, consumed } => {
+                    black_box(&request);
+                    requests += 1;
+                    rest = &rest[consumed..];
+                }
+                other => panic!("benchmark input did not parse: {other:?}"),
+            }
+        }
+        passes += 1;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "{name:<28} {:>8.2} M req/s  {:>8.1} MiB/s",
+        requests as f64 / secs / 1e6,
+        (passes as f64 * buffer.len() as f64) / secs / (1024.0 * 1024.0),
+    );
+}
+
+fn pipeline(render: impl Fn(usize, &mut Vec<u8>)) -> Vec<u8> {
+    let mut buffer = Vec::new();
+    for i in 0..REQUESTS_PER_BUFFER {
+        render(i, &mut buffer);
+    }
+    buffer
+}
+
+fn main() {
+    let limits = Limits::default();
+    let value = vec![b'v'; 100];
+    let get = pipeline(|i, out| out.extend_from_slice(format!("get key:{i:08}\r\n").as_bytes()));
+    let multi_get = pipeline(|i, out| {
+        out.extend_from_slice(b"get");
+        for k in 0..10 {
+            out.extend_from_slice(format!(" key:{i:08}:{k}").as_bytes());
+        }
+        out.extend_from_slice(b"\r\n");
+    });
+    let set = pipeline(|i, out| {
+        out.extend_from_slice(format!("set key:{i:08} 0 0 {}\r\n", value.len()).as_bytes());
+        out.extend_from_slice(&value);
+        out.extend_from_slice(b"\r\n");
+    });
+    let mg =
+        pipeline(|i, out| out.extend_from_slice(format!("mg key:{i:08} v f t c\r\n").as_bytes()));
+    let ms = pipeline(|i, out| {
+        out.extend_from_slice(format!("ms key:{i:08} {} T60 F5\r\n", value.len()).as_bytes());
+        out.extend_from_slice(&value);
+        out.extend_from_slice(b"\r\n");
+    });
+    // Check once that the buffers hold what their names say.
+    assert!(matches!(
+        parse(&multi_get, &limits),
+        Parsed::Complete { request: Request::Retrieve(r), .. } if r.keys.len() == 10
+    ));
+    workload("get (1 key)", &get, &limits);
+    workload("get (10 keys)", &multi_get, &limits);
+    workload("set (100 B value)", &set, &limits);
+    workload("mg v f t c", &mg, &limits);
+    workload("ms (100 B value) T F", &ms, &limits);
+}

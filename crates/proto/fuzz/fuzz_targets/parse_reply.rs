@@ -1,0 +1,39 @@
+//! Fuzz target: the client-side reply parser. Never panics, `consumed` is
+//! within the input, and every complete reply re-encodes to bytes that parse
+//! back to the same reply.
+#![no_main]
+
+use cellcache_proto::{Limits, ParsedReply, parse_reply};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let limits = Limits {
+        key_bytes_max: 32,
+        line_bytes_max: 256,
+        value_bytes_max: 128,
+        keys_per_get_max: 4,
+    };
+    let mut rest = data;
+    for _ in 0..data.len() + 1 {
+        match parse_reply(rest, &limits) {
+            ParsedReply::Complete { reply, consumed } => {
+                assert!(consumed > 0 && consumed <= rest.len());
+                let mut encoded = Vec::new();
+                reply.encode(&mut encoded);
+                let generous = Limits {
+                    line_bytes_max: 4096,
+                    ..limits
+                };
+                match parse_reply(&encoded, &generous) {
+                    ParsedReply::Complete { reply: again, consumed } => {
+                        assert_eq!(again, reply);
+                        assert_eq!(consumed, encoded.len());
+                    }
+                    other => panic!("re-encoded {reply:?} parsed to {other:?}"),
+                }
+                rest = &rest[consumed..];
+            }
+            ParsedReply::Incomplete | ParsedReply::Error(_) => break,
+        }
+    }
+});
