@@ -1,1 +1,226 @@
-//! cellcache-bench (being built; see ARCHITECTURE.md).
+//! `cellcache bench`: a load generator for any server speaking the memcached text protocol.
+//!
+//! It drives closed-loop (connections × pipeline depth) or open-loop (fixed arrival rate,
+//! latency from each request's intended send time, so no coordinated omission) load with a
+//! configurable workload, records HDR latency histograms per operation, counts every error, and
+//! reports a table, JSON and plots. [`run_compare`] runs the same workload against two servers
+//! (memcached and cellcache) in interleaved repetitions and reports ratios.
+//!
+//! Layout, in data-flow order: [`args`] (command line) → [`workload`] (what to ask) →
+//! [`engine`] (mio event loops; [`schedule`] for open-loop arrivals; [`wire`] for bytes) →
+//! [`stats`] (histograms, counters) → [`report`] (JSON, table) → [`plot`]. [`client`] is the
+//! blocking control connection (readiness, stats, preload); [`capacity`] and [`compare`] are the
+//! experiments built on top; [`affinity`] pins threads.
+
+pub mod affinity;
+pub mod args;
+pub mod capacity;
+pub mod client;
+pub mod compare;
+pub mod engine;
+pub mod plot;
+pub mod report;
+pub mod schedule;
+pub mod stats;
+pub mod wire;
+pub mod workload;
+
+use std::io::{IsTerminal, Write};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+
+pub use args::{BenchArgs, BenchCommand, LoadArgs};
+pub use compare::{CompareArgs, run_compare};
+
+use engine::{Progress, StopAfter};
+use report::{Machine, RunConfigReport, RunReport, WorkloadReport};
+use workload::values::ValuePool;
+
+/// Timeouts of the control connection used for readiness and preload.
+const CONTROL_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+const CONTROL_IO_TIMEOUT: Duration = Duration::from_secs(30);
+/// Sets per round trip when preloading.
+const PRELOAD_BATCH: usize = 256;
+/// How often the progress bar is redrawn.
+const PROGRESS_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Entry point of `cellcache bench`.
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    match args.command {
+        Some(BenchCommand::Plot(plot)) => return plot::run(plot),
+        Some(BenchCommand::Capacity(cap)) => return capacity::run(cap),
+        None => {}
+    }
+    let servers = args::resolve_servers(&args.servers)?;
+    let show_progress = match args.progress {
+        args::ProgressArg::Always => true,
+        args::ProgressArg::Never => false,
+        args::ProgressArg::Auto => std::io::stderr().is_terminal(),
+    };
+    let report = run_load(&servers, &args.load, show_progress)?;
+    emit(&report, args.json, args.output.as_deref())?;
+    if let Some(dir) = &args.plot_dir {
+        plot::render(
+            &[(report.config.servers.join("+"), report.clone())],
+            dir,
+            None,
+            "cellcache bench",
+        )?;
+    }
+    Ok(())
+}
+
+/// Prints the report (table or JSON) and optionally saves the JSON.
+fn emit(report: &RunReport, json: bool, output: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(report)?;
+    if let Some(path) = output {
+        std::fs::write(path, &text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if json {
+        println!("{text}")
+    } else {
+        print!("{}", report.table())
+    }
+    Ok(())
+}
+
+/// Preloads (if asked), runs one load phase against `servers` and returns its report.
+pub fn run_load(
+    servers: &[SocketAddr],
+    load: &LoadArgs,
+    show_progress: bool,
+) -> anyhow::Result<RunReport> {
+    let workload = Arc::new(load.workload()?);
+    let config = load.engine_config(servers.to_vec());
+    config.validate(&workload)?;
+    let pool = Arc::new(ValuePool::new(
+        workload.value_size.max(),
+        &mut rand::thread_rng(),
+    ));
+    let mut versions = Vec::with_capacity(servers.len());
+    for &addr in servers {
+        let mut client =
+            client::BlockingClient::connect(addr, CONTROL_CONNECT_TIMEOUT, CONTROL_IO_TIMEOUT)?;
+        versions.push(client.version()?);
+    }
+    let preloaded = if load.preload {
+        preload(servers, &workload, &pool)?
+    } else {
+        0
+    };
+    let started_unix_secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let progress = Arc::new(Progress::default());
+    let bar = show_progress.then(|| spawn_progress_bar(progress.clone(), &config));
+    let result = engine::run(&config, workload.clone(), pool, progress.clone());
+    progress.done.store(true, Ordering::Release);
+    if let Some(bar) = bar {
+        let _ = bar.join();
+    }
+    let result = result?;
+    Ok(RunReport {
+        schema: report::SCHEMA.to_owned(),
+        tool_version: env!("CARGO_PKG_VERSION").to_owned(),
+        started_unix_secs,
+        command: std::env::args().collect(),
+        machine: Machine::current(),
+        server_versions: versions,
+        config: RunConfigReport {
+            servers: servers.iter().map(ToString::to_string).collect(),
+            connections: config.connections,
+            pipeline: config.pipeline,
+            threads: config.threads,
+            mode: config.mode,
+            stop: config.stop,
+            warmup_secs: config.warmup.as_secs_f64(),
+            generator_cpus: config.cpus.clone(),
+            seed: config.seed,
+        },
+        workload: WorkloadReport {
+            key_count: workload.keys.count(),
+            key_prefix: load.key_prefix.clone(),
+            key_len: workload.keys.key_len(),
+            popularity: workload.popularity,
+            get_ratio: workload.get_ratio,
+            multiget: workload.multiget,
+            value_size: workload.value_size.to_string(),
+            ttl_secs: workload.ttl_secs,
+            set_on_miss: config.set_on_miss,
+            preloaded,
+        },
+        results: report::results(&result),
+    })
+}
+
+/// Writes every key once through every server (a cell forwards to the key's owner; separate
+/// memcached servers each get the full key space). Returns the keys written per server.
+fn preload(
+    servers: &[SocketAddr],
+    workload: &workload::Workload,
+    pool: &ValuePool,
+) -> anyhow::Result<u64> {
+    use rand::SeedableRng;
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(0);
+    for &addr in servers {
+        let mut client =
+            client::BlockingClient::connect(addr, CONTROL_CONNECT_TIMEOUT, CONTROL_IO_TIMEOUT)?;
+        let items = (0..workload.keys.count()).map(|i| {
+            (
+                workload.keys.key(i),
+                pool.value(workload.value_size.sample(&mut rng)),
+            )
+        });
+        let (_, refused) = client.set_many(items, workload.ttl_secs, PRELOAD_BATCH)?;
+        if refused > 0 {
+            anyhow::bail!("{addr}: {refused} preload sets were not stored");
+        }
+    }
+    Ok(workload.keys.count())
+}
+
+/// A thread that redraws a one-line progress bar on stderr until the run is done.
+fn spawn_progress_bar(
+    progress: Arc<Progress>,
+    config: &engine::EngineConfig,
+) -> std::thread::JoinHandle<()> {
+    const BAR_WIDTH: usize = 30;
+    let warmup = config.warmup.as_secs_f64();
+    let stop = config.stop;
+    std::thread::spawn(move || {
+        let mut stderr = std::io::stderr();
+        let started = std::time::Instant::now();
+        while !progress.done.load(Ordering::Acquire) {
+            std::thread::sleep(PROGRESS_INTERVAL);
+            let done = progress.completed.load(Ordering::Relaxed);
+            let elapsed = started.elapsed().as_secs_f64();
+            let fraction = match stop {
+                StopAfter::Duration { secs } => elapsed / (warmup + secs),
+                StopAfter::Requests { count } => done as f64 / count as f64,
+            }
+            .clamp(0.0, 1.0);
+            let filled = (fraction * BAR_WIDTH as f64) as usize;
+            let phase = if elapsed < warmup {
+                "warm-up"
+            } else {
+                "measure"
+            };
+            let _ = write!(
+                stderr,
+                "\r[{}{}] {:>3.0}% {phase} {:.1}s  {} replies  {:.0} req/s   ",
+                "#".repeat(filled),
+                " ".repeat(BAR_WIDTH - filled),
+                fraction * 100.0,
+                elapsed,
+                done,
+                done as f64 / elapsed.max(1e-9)
+            );
+            let _ = stderr.flush();
+        }
+        let _ = writeln!(stderr);
+    })
+}

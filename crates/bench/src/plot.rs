@@ -1,0 +1,291 @@
+//! Plots drawn from the tool's own JSON reports: a latency percentile spectrum and a
+//! throughput timeline, each as SVG and PNG.
+//!
+//! Several reports can be drawn on the same axes (e.g. memcached and cellcache, or the three
+//! get ratios of a grid cell); each series is labelled with the report's label (its file stem
+//! unless given). The percentile axis is in "nines" (x = -log10(1 - q)), the usual HDR view, so
+//! p50, p90, p99, p99.9 are evenly spaced and the tail is visible. Text needs a TrueType font:
+//! `--font`, or the first of [`FONT_CANDIDATES`] that exists.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, anyhow, bail};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::report::RunReport;
+
+/// Fonts tried, in order, when `--font` is not given (Debian: fonts-dejavu-core).
+pub const FONT_CANDIDATES: [&str; 4] = [
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+];
+
+/// Image size in pixels.
+const PLOT_SIZE: (u32, u32) = (1000, 600);
+/// Highest quantile drawn in nines (five nines).
+const NINES_MAX: f64 = 5.0;
+
+/// `cellcache bench plot`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PlotArgs {
+    /// A JSON report written by `cellcache bench --json`/`--output`; repeat to overlay runs.
+    /// `LABEL=PATH` sets the series label (default: the file stem).
+    #[arg(long = "json", required = true)]
+    pub reports: Vec<String>,
+    /// Directory to write latency.{svg,png} and throughput.{svg,png} into.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// TrueType font for the text.
+    #[arg(long)]
+    pub font: Option<PathBuf>,
+    /// Title above both plots.
+    #[arg(long, default_value = "cellcache bench")]
+    pub title: String,
+}
+
+/// Entry point of `cellcache bench plot`.
+pub fn run(args: PlotArgs) -> anyhow::Result<()> {
+    let mut series = Vec::new();
+    for spec in &args.reports {
+        let (label, path) = match spec.split_once('=') {
+            Some((label, path)) => (label.to_owned(), PathBuf::from(path)),
+            None => {
+                let path = PathBuf::from(spec);
+                let stem = path
+                    .file_stem()
+                    .map_or_else(|| spec.clone(), |s| s.to_string_lossy().into_owned());
+                (stem, path)
+            }
+        };
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let report: RunReport =
+            serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        series.push((label, report));
+    }
+    let written = render(&series, &args.out, args.font.as_deref(), &args.title)?;
+    for path in written {
+        println!("{}", path.display());
+    }
+    Ok(())
+}
+
+/// Registers the font once per process; plotters keeps a global font table.
+fn ensure_font(font: Option<&Path>) -> anyhow::Result<()> {
+    static REGISTERED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    let outcome = REGISTERED.get_or_init(|| {
+        let path = match font {
+            Some(p) => p.to_path_buf(),
+            None => FONT_CANDIDATES
+                .iter()
+                .map(PathBuf::from)
+                .find(|p| p.exists())
+                .ok_or_else(|| format!("no font found (tried {FONT_CANDIDATES:?}); install fonts-dejavu-core or pass --font"))?,
+        };
+        let bytes = std::fs::read(&path).map_err(|e| format!("reading font {}: {e}", path.display()))?;
+        // plotters' font table wants 'static bytes; the font lives for the whole process anyway.
+        let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+        plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
+            .map_err(|_| format!("{} is not a usable TrueType font", path.display()))
+    });
+    outcome.clone().map_err(|e| anyhow!(e))
+}
+
+/// Draws both plots for `series` into `out` as SVG and PNG; returns the files written.
+pub fn render(
+    series: &[(String, RunReport)],
+    out: &Path,
+    font: Option<&Path>,
+    title: &str,
+) -> anyhow::Result<Vec<PathBuf>> {
+    if series.is_empty() {
+        bail!("nothing to plot");
+    }
+    ensure_font(font)?;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let mut written = Vec::new();
+    for name in ["latency", "throughput"] {
+        let svg = out.join(format!("{name}.svg"));
+        {
+            let area = SVGBackend::new(&svg, PLOT_SIZE).into_drawing_area();
+            draw_named(name, &area, series, title)?;
+            area.present()
+                .map_err(|e| anyhow!("writing {}: {e}", svg.display()))?;
+        }
+        written.push(svg);
+        let png = out.join(format!("{name}.png"));
+        {
+            let area = BitMapBackend::new(&png, PLOT_SIZE).into_drawing_area();
+            draw_named(name, &area, series, title)?;
+            area.present()
+                .map_err(|e| anyhow!("writing {}: {e}", png.display()))?;
+        }
+        written.push(png);
+    }
+    Ok(written)
+}
+
+fn draw_named<DB: DrawingBackend>(
+    name: &str,
+    area: &DrawingArea<DB, Shift>,
+    series: &[(String, RunReport)],
+    title: &str,
+) -> anyhow::Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    if name == "latency" {
+        draw_latency(area, series, title)
+    } else {
+        draw_throughput(area, series, title)
+    }
+}
+
+fn nines(quantile: f64) -> f64 {
+    if quantile >= 1.0 {
+        NINES_MAX
+    } else {
+        (-(1.0 - quantile).log10()).min(NINES_MAX)
+    }
+}
+
+fn draw_latency<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    series: &[(String, RunReport)],
+    title: &str,
+) -> anyhow::Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("drawing: {e:?}");
+    area.fill(&WHITE).map_err(err)?;
+    let mut lines = Vec::new();
+    for (label, report) in series {
+        for (op, stats) in &report.results.ops {
+            let points: Vec<(f64, f64)> = stats
+                .spectrum
+                .iter()
+                .map(|p| (nines(p.quantile), p.latency_us.max(0.001)))
+                .collect();
+            if !points.is_empty() {
+                lines.push((format!("{label} {op}"), points));
+            }
+        }
+    }
+    if lines.is_empty() {
+        bail!("the reports hold no latency samples");
+    }
+    let (lo, hi) = lines
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|&(_, y)| y))
+        .fold((f64::MAX, 0.0f64), |(lo, hi), y| (lo.min(y), hi.max(y)));
+    let mut chart = ChartBuilder::on(area)
+        .caption(
+            format!("{title}: latency by percentile"),
+            ("sans-serif", 24),
+        )
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..NINES_MAX, ((lo * 0.8)..(hi * 1.25)).log_scale())
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("percentile")
+        .y_desc("latency (µs, log)")
+        .x_labels(6)
+        .x_label_formatter(&|x| match x.round() as i64 {
+            0 => "p0".into(),
+            1 => "p90".into(),
+            2 => "p99".into(),
+            3 => "p99.9".into(),
+            4 => "p99.99".into(),
+            _ => "p99.999".into(),
+        })
+        .draw()
+        .map_err(err)?;
+    for (i, (label, points)) in lines.into_iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        chart
+            .draw_series(LineSeries::new(points, color.stroke_width(2)))
+            .map_err(err)?
+            .label(label)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(err)?;
+    Ok(())
+}
+
+fn draw_throughput<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    series: &[(String, RunReport)],
+    title: &str,
+) -> anyhow::Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("drawing: {e:?}");
+    area.fill(&WHITE).map_err(err)?;
+    let secs = series
+        .iter()
+        .map(|(_, r)| r.results.timeline_rps.len())
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    let peak = series
+        .iter()
+        .flat_map(|(_, r)| r.results.timeline_rps.iter().copied())
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    let mut chart = ChartBuilder::on(area)
+        .caption(format!("{title}: throughput"), ("sans-serif", 24))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(80)
+        .build_cartesian_2d(0.0..secs as f64, 0.0..peak as f64 * 1.15)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("second of the measured phase")
+        .y_desc("replies / s")
+        .draw()
+        .map_err(err)?;
+    for (i, (label, report)) in series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        // Each bucket is drawn at its midpoint; the last bucket may be partial (drain).
+        let points: Vec<(f64, f64)> = report
+            .results
+            .timeline_rps
+            .iter()
+            .enumerate()
+            .map(|(s, &n)| (s as f64 + 0.5, n as f64))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(points, color.stroke_width(2)))
+            .map_err(err)?
+            .label(label.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::LowerRight)
+        .draw()
+        .map_err(err)?;
+    Ok(())
+}

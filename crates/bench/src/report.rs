@@ -1,0 +1,346 @@
+//! The result of a run: a serialisable [`RunReport`] (the `--json` output, also the input of the
+//! plotter and of the side-by-side comparison) and its human-readable table.
+//!
+//! The JSON schema is versioned by [`SCHEMA`]; docs/benchmarks/bench-tool.md documents every
+//! field. Latencies are microseconds, rates are per second.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use crate::engine::{EngineResult, LoadMode, StopAfter};
+use crate::stats::{LatencySummary, SpectrumPoint};
+use crate::workload::{OpKind, Popularity};
+
+/// Identifies the JSON layout; bumped on incompatible changes.
+pub const SCHEMA: &str = "cellcache-bench/1";
+
+/// Where a run happened.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Machine {
+    pub hostname: String,
+    /// Cores available to the process (`nproc`).
+    pub nproc: usize,
+    pub cpu_model: String,
+    pub kernel: String,
+}
+
+impl Machine {
+    /// Reads the current machine's description from /proc (fields stay empty where unknown).
+    pub fn current() -> Self {
+        let read = |p: &str| {
+            std::fs::read_to_string(p)
+                .unwrap_or_default()
+                .trim()
+                .to_owned()
+        };
+        let cpu_model = read("/proc/cpuinfo")
+            .lines()
+            .find(|l| l.starts_with("model name"))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_owned())
+            .unwrap_or_default();
+        Self {
+            hostname: read("/proc/sys/kernel/hostname"),
+            nproc: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            cpu_model,
+            kernel: read("/proc/sys/kernel/osrelease"),
+        }
+    }
+
+    /// One line for tables: `2 cores, AMD EPYC, Linux 6.1`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} cores ({}), Linux {}",
+            self.nproc, self.cpu_model, self.kernel
+        )
+    }
+}
+
+/// The workload as run (echoed so a report is self-describing).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkloadReport {
+    pub key_count: u64,
+    pub key_prefix: String,
+    pub key_len: usize,
+    pub popularity: Popularity,
+    pub get_ratio: f64,
+    pub multiget: usize,
+    /// Value-size distribution in the `--value-size` syntax.
+    pub value_size: String,
+    pub ttl_secs: i64,
+    pub set_on_miss: bool,
+    /// Keys written before the run (0 = no preload).
+    pub preloaded: u64,
+}
+
+/// How the run was driven.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunConfigReport {
+    pub servers: Vec<String>,
+    pub connections: usize,
+    pub pipeline: usize,
+    pub threads: usize,
+    pub mode: LoadMode,
+    pub stop: StopAfter,
+    pub warmup_secs: f64,
+    /// Cores the generator threads were pinned to (empty = not pinned).
+    pub generator_cpus: Vec<usize>,
+    pub seed: u64,
+}
+
+/// Counters and latency of one operation kind (or of all together).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct OpReport {
+    pub sent: u64,
+    pub replies: u64,
+    pub errors: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub not_stored: u64,
+    /// Replies per second of the measured phase.
+    pub throughput_rps: f64,
+    /// hits / (hits + misses); absent when no key was looked up.
+    pub hit_ratio: Option<f64>,
+    pub latency: LatencySummary,
+    pub spectrum: Vec<SpectrumPoint>,
+}
+
+/// Cost of the load generator itself.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GeneratorReport {
+    pub cpu_secs: f64,
+    /// Busiest generator thread's CPU time / wall time; near 1.0 the generator may be the
+    /// bottleneck and the numbers understate the server.
+    pub busiest_thread_utilization: f64,
+    /// True when `busiest_thread_utilization` exceeds [`GENERATOR_SATURATION`]: in a closed
+    /// loop, or in an open loop that could not keep up (late sends).
+    pub may_be_bottleneck: bool,
+}
+
+/// Above this utilisation a generator thread is considered saturated.
+pub const GENERATOR_SATURATION: f64 = 0.9;
+
+/// What was measured.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Results {
+    pub measured_secs: f64,
+    pub wall_secs: f64,
+    /// All operation kinds together.
+    pub all: OpReport,
+    /// Per operation kind (`get`, `set`).
+    pub ops: BTreeMap<String, OpReport>,
+    pub errors_by_kind: BTreeMap<String, u64>,
+    /// Open loop: arrivals never sent (backlog full, or still waiting at the end).
+    pub dropped: u64,
+    /// Open loop: sends later than the late threshold after their intended time.
+    pub late_sends: u64,
+    pub warmup_sent: u64,
+    pub connections_failed: u64,
+    /// Replies per second, second by second, over the measured phase.
+    pub timeline_rps: Vec<u64>,
+    pub generator: GeneratorReport,
+}
+
+/// A complete, self-describing run report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunReport {
+    pub schema: String,
+    pub tool_version: String,
+    /// Unix time the run started.
+    pub started_unix_secs: u64,
+    /// The command line that produced the report.
+    pub command: Vec<String>,
+    pub machine: Machine,
+    pub server_versions: Vec<String>,
+    pub config: RunConfigReport,
+    pub workload: WorkloadReport,
+    pub results: Results,
+}
+
+fn op_report(stats: &crate::stats::OpStats, secs: f64) -> OpReport {
+    let looked_up = stats.hits + stats.misses;
+    OpReport {
+        sent: stats.sent,
+        replies: stats.replies,
+        errors: stats.errors,
+        hits: stats.hits,
+        misses: stats.misses,
+        not_stored: stats.not_stored,
+        throughput_rps: if secs > 0.0 {
+            stats.replies as f64 / secs
+        } else {
+            0.0
+        },
+        hit_ratio: (looked_up > 0).then(|| stats.hits as f64 / looked_up as f64),
+        latency: stats.latency.summary(),
+        spectrum: stats.latency.spectrum(),
+    }
+}
+
+/// Turns the engine's counters into the report's results.
+pub fn results(engine: &EngineResult) -> Results {
+    let secs = engine.measured_secs;
+    let mut total = crate::stats::OpStats::default();
+    let mut ops = BTreeMap::new();
+    for kind in OpKind::ALL {
+        if let Some(stats) = engine.stats.ops.get(&kind) {
+            ops.insert(kind.name().to_owned(), op_report(stats, secs));
+            total.sent += stats.sent;
+            total.replies += stats.replies;
+            total.errors += stats.errors;
+            total.hits += stats.hits;
+            total.misses += stats.misses;
+            total.not_stored += stats.not_stored;
+        }
+    }
+    total.latency = engine.stats.all_latency();
+    let utilization = engine.generator_busiest_thread_utilization;
+    Results {
+        measured_secs: secs,
+        wall_secs: engine.wall_secs,
+        all: op_report(&total, secs),
+        ops,
+        errors_by_kind: engine.stats.errors_by_kind.clone(),
+        dropped: engine.stats.dropped,
+        late_sends: engine.stats.late_sends,
+        warmup_sent: engine.stats.warmup_sent,
+        connections_failed: engine.connections_failed,
+        timeline_rps: engine.stats.timeline.clone(),
+        generator: GeneratorReport {
+            cpu_secs: engine.generator_cpu_secs,
+            busiest_thread_utilization: utilization,
+            may_be_bottleneck: utilization > GENERATOR_SATURATION,
+        },
+    }
+}
+
+fn fmt_us(us: f64) -> String {
+    if us >= 10_000.0 {
+        format!("{:.1}ms", us / 1_000.0)
+    } else {
+        format!("{us:.1}µs")
+    }
+}
+
+impl RunReport {
+    /// The human table printed at the end of a run.
+    pub fn table(&self) -> String {
+        let r = &self.results;
+        let c = &self.config;
+        let w = &self.workload;
+        let mut s = String::new();
+        let mode = match c.mode {
+            LoadMode::Closed => format!(
+                "closed loop, {} conn × pipeline {}",
+                c.connections, c.pipeline
+            ),
+            LoadMode::Open {
+                rate_per_sec,
+                arrival,
+            } => {
+                format!(
+                    "open loop, {rate_per_sec} req/s {arrival:?} over {} conn (≤{} in flight each)",
+                    c.connections, c.pipeline
+                )
+            }
+        };
+        let pop = match w.popularity {
+            Popularity::Uniform => "uniform".to_owned(),
+            Popularity::Zipf { exponent } => format!("zipf s={exponent}"),
+        };
+        let _ = writeln!(
+            s,
+            "servers   {}  ({})",
+            c.servers.join(", "),
+            self.server_versions.join(", ")
+        );
+        let _ = writeln!(s, "load      {mode}, {} thread(s)", c.threads);
+        let _ = writeln!(
+            s,
+            "workload  {} keys ({pop}), get ratio {}, multiget {}, value {} B, ttl {}s",
+            w.key_count, w.get_ratio, w.multiget, w.value_size, w.ttl_secs
+        );
+        let _ = writeln!(
+            s,
+            "measured  {:.2}s (wall {:.2}s)",
+            r.measured_secs, r.wall_secs
+        );
+        let _ = writeln!(s);
+        let _ = writeln!(
+            s,
+            "{:<5} {:>10} {:>10} {:>7} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "op",
+            "replies",
+            "req/s",
+            "errors",
+            "hit%",
+            "avg",
+            "p50",
+            "p90",
+            "p99",
+            "p99.9",
+            "max",
+            "min"
+        );
+        let mut rows: Vec<(&str, &OpReport)> = r.ops.iter().map(|(k, v)| (k.as_str(), v)).collect();
+        rows.push(("all", &r.all));
+        for (name, op) in rows {
+            let l = &op.latency;
+            let hit = op
+                .hit_ratio
+                .map_or("-".to_owned(), |h| format!("{:.2}", h * 100.0));
+            let _ = writeln!(
+                s,
+                "{:<5} {:>10} {:>10.0} {:>7} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+                name,
+                op.replies,
+                op.throughput_rps,
+                op.errors,
+                hit,
+                fmt_us(l.mean_us),
+                fmt_us(l.p50_us),
+                fmt_us(l.p90_us),
+                fmt_us(l.p99_us),
+                fmt_us(l.p999_us),
+                fmt_us(l.max_us),
+                fmt_us(l.min_us),
+            );
+        }
+        let _ = writeln!(s);
+        let errors: Vec<String> = r
+            .errors_by_kind
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "sent {}  replies {}  errors {}{}  dropped {}  late {}  warm-up {}  failed conns {}",
+            r.all.sent,
+            r.all.replies,
+            r.all.errors,
+            if errors.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", errors.join(", "))
+            },
+            r.dropped,
+            r.late_sends,
+            r.warmup_sent,
+            r.connections_failed
+        );
+        let _ = writeln!(
+            s,
+            "generator {:.2} CPU-s, busiest thread {:.0}% busy{}",
+            r.generator.cpu_secs,
+            r.generator.busiest_thread_utilization * 100.0,
+            if r.generator.may_be_bottleneck {
+                "  WARNING: the generator may be the bottleneck"
+            } else {
+                ""
+            }
+        );
+        s
+    }
+}
