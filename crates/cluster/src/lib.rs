@@ -10,5 +10,7 @@
 #![forbid(unsafe_code)]
 
 pub mod id;
+pub mod range;
 
 pub use id::{CellId, IdError};
+pub use range::{HashRange, RangeError};
