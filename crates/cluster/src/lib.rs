@@ -9,8 +9,14 @@
 
 #![forbid(unsafe_code)]
 
+pub mod change;
 pub mod id;
+pub mod map;
+pub mod placement;
 pub mod range;
 
+pub use change::{Change, ChangeError, Proposal};
 pub use id::{CellId, IdError};
+pub use map::{AbsorptionReason, Cell, CellAddress, CellState, ClusterMap, MapError, Migration};
+pub use placement::key_hash;
 pub use range::{HashRange, RangeError};
