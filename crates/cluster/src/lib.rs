@@ -14,9 +14,11 @@ pub mod id;
 pub mod map;
 pub mod placement;
 pub mod range;
+pub mod wire;
 
 pub use change::{Change, ChangeError, Proposal};
 pub use id::{CellId, IdError};
 pub use map::{AbsorptionReason, Cell, CellAddress, CellState, ClusterMap, MapError, Migration};
 pub use placement::key_hash;
 pub use range::{HashRange, RangeError};
+pub use wire::{Decoded, Frame, FrameKind, WireConfig, WireError};
