@@ -61,7 +61,8 @@ pub enum Change {
         departed: CellId,
     },
     /// Declare a cell dead wherever it is in its life cycle: an Active cell is absorbed as
-    /// crashed, a Joining cell's division is aborted, a Leaving cell becomes Dead.
+    /// crashed (ending, in the same change, any migration its absorption overlaps), a Joining
+    /// cell's division is aborted, a Leaving cell becomes Dead.
     Fence {
         /// The cell.
         cell: CellId,
@@ -365,7 +366,33 @@ fn complete_absorption(map: &mut ClusterMap, departed: &CellId) -> Result<(), Ch
 fn fence(map: &mut ClusterMap, cell: &CellId) -> Result<(), ChangeError> {
     let c = cell_index(map, cell)?;
     match map.cells[c].state {
-        CellState::Active => begin_absorption(map, cell, AbsorptionReason::Crashed),
+        CellState::Active => {
+            // A dead cell must always be removable, even from the middle of another change,
+            // or one crash during a division would wedge the map. So the same atomic change
+            // first ends every migration that overlaps the absorption: divisions are aborted
+            // (their child never mastered anything), absorptions are closed (their range
+            // already has its new master), then the absorption begins. Never both applied.
+            if map.successor(cell).is_none() {
+                return Err(ChangeError::LastCell);
+            }
+            let r = usize::from(map.replication_factor);
+            let mut involved: BTreeSet<CellId> = [cell.clone()].into();
+            involved.extend(predecessors(map, cell, r - 1));
+            involved.extend(successors(map, cell, r));
+            let overlapping: Vec<Migration> = map
+                .migrations
+                .iter()
+                .filter(|m| m.involved().intersection(&involved).next().is_some())
+                .cloned()
+                .collect();
+            for m in overlapping {
+                match m {
+                    Migration::Division { child, .. } => abort_division(map, &child)?,
+                    Migration::Absorption { departed, .. } => complete_absorption(map, &departed)?,
+                }
+            }
+            begin_absorption(map, cell, AbsorptionReason::Crashed)
+        }
         CellState::Joining => abort_division(map, cell),
         CellState::Leaving => {
             map.cells[c].state = CellState::Dead;

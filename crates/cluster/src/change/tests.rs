@@ -385,6 +385,33 @@ fn transition_table() {
             Err(|e| matches!(e, ChangeError::Overlap(_))),
         ),
         (
+            "fencing a dividing parent aborts the division and absorbs the parent",
+            2,
+            with(&[BeginDivision("2.5"), Fence("2.5")]),
+            Ok(vec![
+                ("1", A, Some(seed(0, 31))),
+                ("1.5", A, Some(seed(32, 63))),
+                ("2", A, Some(seed(64, 71))),
+                ("2.25", A, Some(seed(72, 79))),
+                ("2.5", D, None),
+                ("3", A, Some(seed(80, 111))),
+                ("4", A, Some(seed(112, 127))),
+            ]),
+        ),
+        (
+            "fencing the successor of an absorption closes that absorption first",
+            2,
+            with(&[BeginAbsorption("2", Crashed), Fence("2.25")]),
+            Ok(vec![
+                ("1", A, Some(seed(0, 31))),
+                ("1.5", A, Some(seed(32, 63))),
+                ("2.25", D, None),
+                ("2.5", A, Some(seed(64, 95))),
+                ("3", A, Some(seed(96, 111))),
+                ("4", A, Some(seed(112, 127))),
+            ]),
+        ),
+        (
             "double fence refused",
             2,
             vec![Divide("1"), Fence("2"), Fence("2")],
