@@ -14,6 +14,7 @@ pub mod id;
 pub mod map;
 pub mod placement;
 pub mod range;
+pub mod ring;
 pub mod wire;
 
 pub use change::{Change, ChangeError, Proposal};

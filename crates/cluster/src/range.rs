@@ -21,8 +21,9 @@ pub enum RangeError {
     NotAdjacent(HashRange, HashRange),
 }
 
-/// An inclusive, clockwise arc of the hash ring; see the module docs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// An inclusive, clockwise arc of the hash ring; see the module docs. The derived order
+/// (by `start`, then `end`) only exists so ranges can key sorted collections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct HashRange {
     /// First hash in the range.
     pub start: u64,
