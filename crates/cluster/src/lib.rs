@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 pub mod change;
+pub mod consensus;
 pub mod id;
 pub mod map;
 pub mod placement;
@@ -18,8 +19,10 @@ pub mod ring;
 pub mod wire;
 
 pub use change::{Change, ChangeError, Proposal};
+pub use consensus::{Consensus, ConsensusError, LocalConsensus, Membership};
 pub use id::{CellId, IdError};
 pub use map::{AbsorptionReason, Cell, CellAddress, CellState, ClusterMap, MapError, Migration};
 pub use placement::key_hash;
 pub use range::{HashRange, RangeError};
+pub use ring::{Output, Ring, RingConfig, RingMessage};
 pub use wire::{Decoded, Frame, FrameKind, WireConfig, WireError};
