@@ -21,6 +21,14 @@
 //!   lease always ends before the backup considers the grant over, and a backup (or anyone
 //!   the backup later grants to) serves an overlapping hash only after that: **never two
 //!   masters with valid leases for one hash at one time**, whatever the maps in flight.
+//! - **Map leases.** Backup leases alone cannot stop a partitioned *pair* of zombies (a fenced
+//!   master still renewing from its equally fenced backup). So a cell also serves and grants
+//!   only while the consensus group has recently confirmed its map as current
+//!   ([`Output::ConfirmMap`], `map_lease_ms` from when it asked); a stale map can no longer be
+//!   confirmed once a newer one committed. A cell that takes over a departed cell's range
+//!   waits `map_lease_ms + clock_drift_margin_ms` after installing the map before serving it.
+//!   The simulator found this case; the price is that cells stop serving as masters when the
+//!   consensus group has had no quorum for `map_lease_ms`.
 //! - **Orchestration.** A division's parent starts the hand-off, proposes the flip once the
 //!   node reports the child caught up (or the abort after `handoff_timeout_ms`); an absorption's
 //!   successor proposes its completion once re-replication to and from it is done.
@@ -56,6 +64,9 @@ pub struct RingConfig {
     pub handoff_timeout_ms: u64,
     /// A re-replication not reported done after this long is started again.
     pub resync_retry_ms: u64,
+    /// How long a confirmation from the consensus group that our map is current stays good
+    /// (counted from when we asked). Without a fresh one a cell neither serves nor grants.
+    pub map_lease_ms: u64,
 }
 
 impl Default for RingConfig {
@@ -68,6 +79,7 @@ impl Default for RingConfig {
             proposal_retry_ms: 500,
             handoff_timeout_ms: 60_000,
             resync_retry_ms: 5_000,
+            map_lease_ms: 2_000,
         }
     }
 }
@@ -112,6 +124,9 @@ pub enum Output {
     Resync { to: CellId, range: HashRange },
     /// A peer has a newer map than ours: fetch it.
     NeedMap { from: CellId },
+    /// Ask the consensus group whether `epoch` is still the current map (a Raft read-index
+    /// or leader-lease check); report a yes with [`Ring::map_confirmed`] and this `sent_at_ms`.
+    ConfirmMap { epoch: u64, sent_at_ms: u64 },
     /// This cell has been removed from the ring: stop serving for good.
     Fenced,
 }
@@ -155,6 +170,14 @@ pub struct Ring {
     /// Predecessors whose resync to me I am waiting for.
     resync_in: BTreeSet<CellId>,
     leave_requested: bool,
+    /// The consensus group confirmed our map current at a time `>= map_valid_until_ms -
+    /// map_lease_ms`; a map confirmed for epoch e is never confirmed again once e + 1
+    /// committed, so a cell with a stale map stops serving within `map_lease_ms` of the
+    /// change that made it stale.
+    map_valid_until_ms: u64,
+    /// Hashes taken over from a departed cell, and when they may first be served: a departed
+    /// cell that is really a partitioned zombie has stopped serving by then.
+    acquired: Vec<(HashRange, u64)>,
     outputs: Vec<Output>,
 }
 
@@ -176,6 +199,8 @@ impl Ring {
             resync_out: BTreeMap::new(),
             resync_in: BTreeSet::new(),
             leave_requested: false,
+            map_valid_until_ms: 0,
+            acquired: Vec::new(),
             outputs: Vec::new(),
         };
         ring.adopt(map, None, now_ms);
@@ -203,10 +228,18 @@ impl Ring {
     }
 
     /// Whether this cell may answer for `hash` as its master at `now_ms`: it owns the hash in
-    /// its map, holds an unexpired lease covering it from every backup, and has not granted an
-    /// unexpired lease covering it to another cell.
+    /// a map the consensus group confirmed recently, holds an unexpired lease covering it from
+    /// every backup, has not granted an unexpired lease covering it to another cell, and, if
+    /// it took the hash over from a departed cell, has waited out that cell's map lease.
     pub fn can_serve(&self, hash: u64, now_ms: u64) -> bool {
-        if self.fenced || self.map.owner(hash).id != self.me {
+        if self.fenced || now_ms >= self.map_valid_until_ms || self.map.owner(hash).id != self.me {
+            return false;
+        }
+        if self
+            .acquired
+            .iter()
+            .any(|(r, not_before)| now_ms < *not_before && r.contains(hash))
+        {
             return false;
         }
         let granted_away = self
@@ -230,6 +263,46 @@ impl Ring {
         }
         let old = std::mem::replace(&mut self.map, map.clone());
         self.adopt(map, Some(old), now_ms);
+    }
+
+    /// The consensus group answered the [`Output::ConfirmMap`] sent at `sent_at_ms`: `epoch`
+    /// was current when it answered.
+    pub fn map_confirmed(&mut self, epoch: u64, sent_at_ms: u64) {
+        if epoch == self.map.epoch() {
+            let until = sent_at_ms.saturating_add(self.config.map_lease_ms);
+            self.map_valid_until_ms = self.map_valid_until_ms.max(until);
+        }
+    }
+
+    /// Parts of `new` this cell did not master under `old` and must wait for, see `acquired`.
+    fn record_acquired(&mut self, old: Option<&ClusterMap>, new: HashRange, now_ms: u64) {
+        let Some(old) = old else { return };
+        let old_range = old.cell(&self.me).and_then(|c| c.range);
+        // A division child receives exactly the range its parent streamed; the parent's lease
+        // from the shared backup (never granted to both at once) already keeps them apart.
+        let planned_child = old.migrations().iter().any(|m| {
+            matches!(m, Migration::Division { child, range, .. } if *child == self.me && *range == new)
+        });
+        if planned_child {
+            return;
+        }
+        let not_before = now_ms
+            .saturating_add(self.config.map_lease_ms)
+            .saturating_add(self.config.clock_drift_margin_ms);
+        match old_range {
+            Some(o) if o == new || o.covers(&new) => {}
+            Some(o) if new.covers(&o) => {
+                if new.start != o.start {
+                    let left = HashRange::new(new.start, o.start.wrapping_sub(1));
+                    self.acquired.push((left, not_before));
+                }
+                if new.end != o.end {
+                    let right = HashRange::new(o.end.wrapping_add(1), new.end);
+                    self.acquired.push((right, not_before));
+                }
+            }
+            _ => self.acquired.push((new, not_before)),
+        }
     }
 
     fn adopt(&mut self, map: ClusterMap, old: Option<ClusterMap>, now_ms: u64) {
@@ -271,7 +344,11 @@ impl Ring {
             self.last_ack_ms.entry(b.clone()).or_insert(now_ms);
         }
         self.last_ack_ms.retain(|b, _| self.backups.contains(b));
-        // Heartbeat at once so leases under the new map arrive within one round trip.
+        if let Some(range) = me.range {
+            self.record_acquired(old.as_ref(), range, now_ms);
+        }
+        // Heartbeat and confirm at once so leases under the new map arrive within one round
+        // trip.
         self.last_heartbeat_ms = None;
         self.outputs.push(Output::Holdings {
             master: me.range,
@@ -425,7 +502,7 @@ impl Ring {
             .map
             .cell(&self.me)
             .is_some_and(|c| c.state == CellState::Active);
-        if !me_active {
+        if !me_active || now_ms >= self.map_valid_until_ms {
             return None;
         }
         let (_, range) = self
@@ -460,11 +537,17 @@ impl Ring {
             return;
         }
         self.grants.retain(|_, g| now_ms < g.expires_ms);
+        self.acquired.retain(|(_, not_before)| now_ms < *not_before);
         let due = self
             .last_heartbeat_ms
             .is_none_or(|t| now_ms >= t.saturating_add(self.config.heartbeat_interval_ms));
         if due {
             self.last_heartbeat_ms = Some(now_ms);
+            let epoch = self.map.epoch();
+            self.outputs.push(Output::ConfirmMap {
+                epoch,
+                sent_at_ms: now_ms,
+            });
             for b in self.backups.clone() {
                 let message = RingMessage::Heartbeat {
                     from: self.me.clone(),

@@ -77,6 +77,8 @@ fn leases_make_masters_serve_and_expire_without_renewal() {
     let cfg = RingConfig::default();
     let mut a = Ring::new(id("1"), map.clone(), cfg, 0);
     let mut b = Ring::new(id("2"), map, cfg, 0);
+    a.map_confirmed(3, 0);
+    b.map_confirmed(3, 0);
     assert!(!a.can_serve(0, 0), "no lease yet");
     a.tick(0);
     b.tick(0);
@@ -142,6 +144,8 @@ fn backup_promotes_only_after_its_grant_expired() {
     let cfg = RingConfig::default();
     let mut a = Ring::new(id("1"), map.clone(), cfg, 0);
     let mut b = Ring::new(id("2"), map.clone(), cfg, 0);
+    a.map_confirmed(3, 0);
+    b.map_confirmed(3, 0);
     a.tick(0);
     b.tick(0);
     exchange(&mut a, &mut b, 0);
@@ -155,16 +159,31 @@ fn backup_promotes_only_after_its_grant_expired() {
     )
     .unwrap();
     b.install_map(fenced, 10);
+    b.map_confirmed(4, 10);
+    b.map_confirmed(4, 1_000);
     assert_eq!(b.map().owner(0).id, id("2"));
-    let grant_end = cfg.lease_ms + cfg.clock_drift_margin_ms;
+    // Cell 1 may still serve while its map lease lasts (it may be a partitioned zombie that
+    // never learns it was fenced), and while its lease from cell 2 lasts.
+    let wait_end = 10 + cfg.map_lease_ms + cfg.clock_drift_margin_ms;
+    assert!(wait_end > cfg.lease_ms + cfg.clock_drift_margin_ms);
     assert!(
-        !b.can_serve(0, grant_end - 1),
-        "cell 1 may still hold its lease"
+        b.can_serve(u64::MAX, wait_end - 1),
+        "its own old range is unaffected"
     );
     assert!(
-        b.can_serve(0, grant_end),
-        "grant expired: promoted range is served"
+        !b.can_serve(0, wait_end - 1),
+        "taken-over range waits out the map lease"
     );
+    assert!(
+        b.can_serve(0, wait_end),
+        "then the promoted range is served"
+    );
+    assert!(
+        !b.can_serve(0, 1_000 + cfg.map_lease_ms),
+        "without reconfirmation, nothing is"
+    );
+    // Cell 1, partitioned with its old map, loses its lease before that.
+    assert!(a.can_serve(0, cfg.lease_ms - 1));
     // Cell 1, partitioned with its old map, loses its lease before that.
     assert!(!a.can_serve(0, cfg.lease_ms));
     // And cell 2 no longer grants it anything.
@@ -210,6 +229,39 @@ fn removed_cell_fences_itself_and_old_maps_are_ignored() {
     assert!(a.drain_outputs().contains(&Output::Fenced));
     a.install_map(map, 6);
     assert!(a.is_fenced(), "fencing is permanent");
+}
+
+#[test]
+fn stale_map_stops_serving_when_its_confirmation_lapses() {
+    let map = two_cells();
+    let cfg = RingConfig {
+        lease_ms: 10 * RingConfig::default().map_lease_ms,
+        ..RingConfig::default()
+    };
+    let mut a = Ring::new(id("1"), map.clone(), cfg, 0);
+    let mut b = Ring::new(id("2"), map, cfg, 0);
+    a.map_confirmed(3, 0);
+    b.map_confirmed(3, 0);
+    a.tick(0);
+    b.tick(0);
+    exchange(&mut a, &mut b, 0);
+    assert!(a.can_serve(0, cfg.map_lease_ms - 1));
+    assert!(
+        !a.can_serve(0, cfg.map_lease_ms),
+        "backup lease alone is not enough"
+    );
+    a.map_confirmed(2, 100);
+    assert!(
+        !a.can_serve(0, cfg.map_lease_ms),
+        "a confirmation of another epoch does not count"
+    );
+    a.tick(cfg.heartbeat_interval_ms);
+    let confirms = a
+        .drain_outputs()
+        .iter()
+        .filter(|o| matches!(o, Output::ConfirmMap { .. }))
+        .count();
+    assert!(confirms >= 1, "the ring asks for confirmation");
 }
 
 #[test]
