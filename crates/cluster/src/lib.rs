@@ -1,1 +1,28 @@
-//! cellcache-cluster (being built; see ARCHITECTURE.md).
+//! cellcache-cluster: the deterministic core of the cellcache ring.
+//!
+//! Everything a cell needs to agree with the others about *who owns what*, and nothing that
+//! touches a socket, a thread or a clock: cell ids ([`id`]), hash ranges ([`range`]), the
+//! versioned cluster map ([`map`]), the one placement function ([`placement`]), validated map
+//! transitions ([`change`]), the inter-cell frame codec ([`wire`]), the per-cell ring state
+//! machine ([`ring`]) and the consensus seam ([`consensus`]). Time and randomness are always
+//! arguments, so the whole ring can be simulated on one thread with virtual time.
+
+#![forbid(unsafe_code)]
+
+pub mod change;
+pub mod consensus;
+pub mod id;
+pub mod map;
+pub mod placement;
+pub mod range;
+pub mod ring;
+pub mod wire;
+
+pub use change::{Change, ChangeError, Proposal};
+pub use consensus::{Consensus, ConsensusError, LocalConsensus, Membership};
+pub use id::{CellId, IdError};
+pub use map::{AbsorptionReason, Cell, CellAddress, CellState, ClusterMap, MapError, Migration};
+pub use placement::key_hash;
+pub use range::{HashRange, RangeError};
+pub use ring::{Output, Ring, RingConfig, RingMessage};
+pub use wire::{Decoded, Frame, FrameKind, WireConfig, WireError};

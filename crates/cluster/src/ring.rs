@@ -1,0 +1,680 @@
+//! The per-cell ring logic as a deterministic state machine (raft-rs style).
+//!
+//! A [`Ring`] is fed inbound peer messages ([`Ring::step`]), committed maps
+//! ([`Ring::install_map`]), progress reports from the node's data movers and the passing of
+//! time ([`Ring::tick`]); it answers with [`Output`]s — messages to send, map changes to
+//! propose, data movements to start — collected by [`Ring::drain_outputs`]. It reads no clock
+//! and touches no socket, so a whole ring runs on one thread with virtual time (see the
+//! simulator test in `tests/ring_sim.rs`).
+//!
+//! What it decides:
+//!
+//! - **Failure detection.** Every `heartbeat_interval_ms` a cell heartbeats its backups (its
+//!   `r - 1` successors). If its successor has not answered for `suspicion_timeout_ms`, it
+//!   *proposes* fencing it; the map only changes if consensus commits the proposal.
+//! - **Leases.** A master serves a hash only while every backup of it (in the master's map)
+//!   has granted it a lease covering the hash. A backup grants a predecessor a lease for the
+//!   predecessor's range *in the backup's own map*, never for a range overlapping an unexpired
+//!   grant to another cell. The master counts its lease from the moment it *sent* the
+//!   heartbeat (`sent + lease_ms`); the backup counts the grant from the moment it *received*
+//!   it, plus a drift margin (`received + lease_ms + clock_drift_margin_ms`). So the master's
+//!   lease always ends before the backup considers the grant over, and a backup (or anyone
+//!   the backup later grants to) serves an overlapping hash only after that: **never two
+//!   masters with valid leases for one hash at one time**, whatever the maps in flight.
+//! - **Map leases.** Backup leases alone cannot stop a partitioned *pair* of zombies (a fenced
+//!   master still renewing from its equally fenced backup). So a cell also serves and grants
+//!   only while the consensus group has recently confirmed its map as current
+//!   ([`Output::ConfirmMap`], `map_lease_ms` from when it asked); a stale map can no longer be
+//!   confirmed once a newer one committed. A cell that takes over a departed cell's range
+//!   waits `map_lease_ms + clock_drift_margin_ms` after installing the map before serving it.
+//!   The simulator found this case; the price is that cells stop serving as masters when the
+//!   consensus group has had no quorum for `map_lease_ms`.
+//! - **Orchestration.** A division's parent starts the hand-off, proposes the flip once the
+//!   node reports the child caught up (or the abort after `handoff_timeout_ms`); an absorption's
+//!   successor proposes its completion once re-replication to and from it is done.
+//!
+//! Proposals are computed against the installed map's epoch and re-issued at most every
+//! `proposal_retry_ms` while their condition holds; stale ones are refused by
+//! [`crate::change::apply`], so duplicates are harmless.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::change::{Change, Proposal};
+use crate::id::CellId;
+use crate::map::{AbsorptionReason, CellAddress, CellState, ClusterMap, Migration};
+use crate::range::HashRange;
+
+/// Timing of the ring, embeddable in the node's TOML config. All values in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RingConfig {
+    /// How often a cell heartbeats its backups (and so renews its leases).
+    pub heartbeat_interval_ms: u64,
+    /// Silence of the successor after which its fencing is proposed.
+    pub suspicion_timeout_ms: u64,
+    /// Lease length granted by a backup to its master.
+    pub lease_ms: u64,
+    /// Added by the granting backup to cover clock-rate differences between cells.
+    pub clock_drift_margin_ms: u64,
+    /// Minimum spacing of identical proposals.
+    pub proposal_retry_ms: u64,
+    /// A division not caught up after this long is aborted.
+    pub handoff_timeout_ms: u64,
+    /// A re-replication not reported done after this long is started again.
+    pub resync_retry_ms: u64,
+    /// How long a confirmation from the consensus group that our map is current stays good
+    /// (counted from when we asked). Without a fresh one a cell neither serves nor grants.
+    pub map_lease_ms: u64,
+}
+
+impl Default for RingConfig {
+    fn default() -> Self {
+        RingConfig {
+            heartbeat_interval_ms: 100,
+            suspicion_timeout_ms: 1_000,
+            lease_ms: 600,
+            clock_drift_margin_ms: 100,
+            proposal_retry_ms: 500,
+            handoff_timeout_ms: 60_000,
+            resync_retry_ms: 5_000,
+            map_lease_ms: 2_000,
+        }
+    }
+}
+
+/// Ring control messages between cells (carried in Heartbeat/HeartbeatAck frames).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum RingMessage {
+    /// Master → backup: "I am alive; renew my lease." `sent_at_ms` is echoed back.
+    Heartbeat {
+        from: CellId,
+        epoch: u64,
+        sent_at_ms: u64,
+    },
+    /// Backup → master: liveness, plus a lease for `grant` when the backup agrees.
+    HeartbeatAck {
+        from: CellId,
+        epoch: u64,
+        echo_sent_at_ms: u64,
+        grant: Option<HashRange>,
+    },
+    /// A cell no longer needs the lease this backup granted it (its map changed), so the
+    /// backup may grant the range to its new master without waiting for expiry.
+    LeaseRelease { from: CellId, epoch: u64 },
+}
+
+/// What the ring asks its driver (the node, or the simulator) to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// Send a ring message to a peer.
+    Send { to: CellId, message: RingMessage },
+    /// Submit a map change to the consensus group.
+    Propose(Proposal),
+    /// What this cell must now hold: anything else may be dropped from the store.
+    Holdings {
+        master: Option<HashRange>,
+        backups: Vec<HashRange>,
+    },
+    /// Division: stream `range` (snapshot, then every new write until the flip) to `child`.
+    StartHandOff { child: CellId, range: HashRange },
+    /// Re-replication: bring `to`'s backup copy of `range` up to date (snapshot + live).
+    Resync { to: CellId, range: HashRange },
+    /// A peer has a newer map than ours: fetch it.
+    NeedMap { from: CellId },
+    /// Ask the consensus group whether `epoch` is still the current map (a Raft read-index
+    /// or leader-lease check); report a yes with [`Ring::map_confirmed`] and this `sent_at_ms`.
+    ConfirmMap { epoch: u64, sent_at_ms: u64 },
+    /// This cell has been removed from the ring: stop serving for good.
+    Fenced,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Lease {
+    range: HashRange,
+    /// Exclusive: valid while `now < expires_ms`.
+    expires_ms: u64,
+    /// Send time of the heartbeat that produced it, to ignore reordered older acks.
+    sent_at_ms: u64,
+}
+
+#[derive(Debug, Clone)]
+struct HandOff {
+    started_ms: u64,
+    last_emitted_ms: u64,
+    caught_up: bool,
+}
+
+/// One cell's ring state machine; see the module docs.
+#[derive(Debug)]
+pub struct Ring {
+    me: CellId,
+    config: RingConfig,
+    map: ClusterMap,
+    fenced: bool,
+    /// Leases this cell holds, by granting backup.
+    leases: BTreeMap<CellId, Lease>,
+    /// Leases this cell granted, by grantee; kept until expiry even if the map moves on.
+    grants: BTreeMap<CellId, Lease>,
+    /// My backups under the installed map (cached: `can_serve` is on the request path).
+    backups: Vec<CellId>,
+    last_heartbeat_ms: Option<u64>,
+    /// Last ack per backup; a new successor starts with the time it became successor.
+    last_ack_ms: BTreeMap<CellId, u64>,
+    proposed: Vec<(Change, u64)>,
+    handoffs: BTreeMap<CellId, HandOff>,
+    /// Re-replications I owe: (to, range) → last started.
+    resync_out: BTreeMap<(CellId, HashRange), u64>,
+    /// Predecessors whose resync to me I am waiting for.
+    resync_in: BTreeSet<CellId>,
+    leave_requested: bool,
+    /// The consensus group confirmed our map current at a time `>= map_valid_until_ms -
+    /// map_lease_ms`; a map confirmed for epoch e is never confirmed again once e + 1
+    /// committed, so a cell with a stale map stops serving within `map_lease_ms` of the
+    /// change that made it stale.
+    map_valid_until_ms: u64,
+    /// Hashes taken over from a departed cell, and when they may first be served: a departed
+    /// cell that is really a partitioned zombie has stopped serving by then.
+    acquired: Vec<(HashRange, u64)>,
+    outputs: Vec<Output>,
+}
+
+impl Ring {
+    /// A ring for cell `me`, starting from `map` (which must contain `me`).
+    pub fn new(me: CellId, map: ClusterMap, config: RingConfig, now_ms: u64) -> Ring {
+        let mut ring = Ring {
+            me,
+            config,
+            map: map.clone(),
+            fenced: false,
+            leases: BTreeMap::new(),
+            grants: BTreeMap::new(),
+            backups: Vec::new(),
+            last_heartbeat_ms: None,
+            last_ack_ms: BTreeMap::new(),
+            proposed: Vec::new(),
+            handoffs: BTreeMap::new(),
+            resync_out: BTreeMap::new(),
+            resync_in: BTreeSet::new(),
+            leave_requested: false,
+            map_valid_until_ms: 0,
+            acquired: Vec::new(),
+            outputs: Vec::new(),
+        };
+        ring.adopt(map, None, now_ms);
+        ring
+    }
+
+    /// This cell's id.
+    pub fn id(&self) -> &CellId {
+        &self.me
+    }
+
+    /// The installed map.
+    pub fn map(&self) -> &ClusterMap {
+        &self.map
+    }
+
+    /// Whether this cell was removed from the ring.
+    pub fn is_fenced(&self) -> bool {
+        self.fenced
+    }
+
+    /// Everything produced since the last call (raft-rs `ready`).
+    pub fn drain_outputs(&mut self) -> Vec<Output> {
+        std::mem::take(&mut self.outputs)
+    }
+
+    /// Whether this cell may answer for `hash` as its master at `now_ms`: it owns the hash in
+    /// a map the consensus group confirmed recently, holds an unexpired lease covering it from
+    /// every backup, has not granted an unexpired lease covering it to another cell, and, if
+    /// it took the hash over from a departed cell, has waited out that cell's map lease.
+    pub fn can_serve(&self, hash: u64, now_ms: u64) -> bool {
+        if self.fenced || now_ms >= self.map_valid_until_ms || self.map.owner(hash).id != self.me {
+            return false;
+        }
+        if self
+            .acquired
+            .iter()
+            .any(|(r, not_before)| now_ms < *not_before && r.contains(hash))
+        {
+            return false;
+        }
+        let granted_away = self
+            .grants
+            .iter()
+            .any(|(to, g)| *to != self.me && now_ms < g.expires_ms && g.range.contains(hash));
+        if granted_away {
+            return false;
+        }
+        self.backups.iter().all(|b| {
+            self.leases
+                .get(b)
+                .is_some_and(|l| now_ms < l.expires_ms && l.range.contains(hash))
+        })
+    }
+
+    /// Installs a committed map. Older or equal epochs are ignored.
+    pub fn install_map(&mut self, map: ClusterMap, now_ms: u64) {
+        if self.fenced || map.epoch() <= self.map.epoch() {
+            return;
+        }
+        let old = std::mem::replace(&mut self.map, map.clone());
+        self.adopt(map, Some(old), now_ms);
+    }
+
+    /// The consensus group answered the [`Output::ConfirmMap`] sent at `sent_at_ms`: `epoch`
+    /// was current when it answered.
+    pub fn map_confirmed(&mut self, epoch: u64, sent_at_ms: u64) {
+        if epoch == self.map.epoch() {
+            let until = sent_at_ms.saturating_add(self.config.map_lease_ms);
+            self.map_valid_until_ms = self.map_valid_until_ms.max(until);
+        }
+    }
+
+    /// Parts of `new` this cell did not master under `old` and must wait for, see `acquired`.
+    fn record_acquired(&mut self, old: Option<&ClusterMap>, new: HashRange, now_ms: u64) {
+        let Some(old) = old else { return };
+        let old_range = old.cell(&self.me).and_then(|c| c.range);
+        // A division child receives exactly the range its parent streamed; the parent's lease
+        // from the shared backup (never granted to both at once) already keeps them apart.
+        let planned_child = old.migrations().iter().any(|m| {
+            matches!(m, Migration::Division { child, range, .. } if *child == self.me && *range == new)
+        });
+        if planned_child {
+            return;
+        }
+        let not_before = now_ms
+            .saturating_add(self.config.map_lease_ms)
+            .saturating_add(self.config.clock_drift_margin_ms);
+        match old_range {
+            Some(o) if o == new || o.covers(&new) => {}
+            Some(o) if new.covers(&o) => {
+                if new.start != o.start {
+                    let left = HashRange::new(new.start, o.start.wrapping_sub(1));
+                    self.acquired.push((left, not_before));
+                }
+                if new.end != o.end {
+                    let right = HashRange::new(o.end.wrapping_add(1), new.end);
+                    self.acquired.push((right, not_before));
+                }
+            }
+            _ => self.acquired.push((new, not_before)),
+        }
+    }
+
+    fn adopt(&mut self, map: ClusterMap, old: Option<ClusterMap>, now_ms: u64) {
+        let Some(me) = map.cell(&self.me).cloned() else {
+            self.fence_self();
+            return;
+        };
+        if map.is_fenced(&self.me) {
+            self.fence_self();
+            return;
+        }
+        let old_backups = std::mem::take(&mut self.backups);
+        let old_range = old
+            .as_ref()
+            .and_then(|o| o.cell(&self.me))
+            .and_then(|c| c.range);
+        self.backups = if me.state == CellState::Active {
+            map.backups(&self.me).iter().map(|c| c.id.clone()).collect()
+        } else {
+            Vec::new()
+        };
+        // Leases from cells that are no longer my backups are useless now: drop and release
+        // them so those cells can grant my old range to its new master at once.
+        let released: Vec<CellId> = self
+            .leases
+            .keys()
+            .filter(|b| !self.backups.contains(b))
+            .cloned()
+            .collect();
+        for b in released {
+            self.leases.remove(&b);
+            let message = RingMessage::LeaseRelease {
+                from: self.me.clone(),
+                epoch: map.epoch(),
+            };
+            self.outputs.push(Output::Send { to: b, message });
+        }
+        for b in &self.backups {
+            self.last_ack_ms.entry(b.clone()).or_insert(now_ms);
+        }
+        self.last_ack_ms.retain(|b, _| self.backups.contains(b));
+        if let Some(range) = me.range {
+            self.record_acquired(old.as_ref(), range, now_ms);
+        }
+        // Heartbeat and confirm at once so leases under the new map arrive within one round
+        // trip.
+        self.last_heartbeat_ms = None;
+        self.outputs.push(Output::Holdings {
+            master: me.range,
+            backups: if me.state == CellState::Active {
+                map.backup_ranges(&self.me)
+                    .into_iter()
+                    .map(|(_, r)| r)
+                    .collect()
+            } else {
+                Vec::new()
+            },
+        });
+        // Re-replication owed: to every backup that is new, or all of them if my range changed.
+        if let (Some(range), Some(_)) = (me.range, old.as_ref()) {
+            for b in &self.backups {
+                if !old_backups.contains(b) || old_range != Some(range) {
+                    self.resync_out.insert((b.clone(), range), now_ms);
+                    self.outputs.push(Output::Resync {
+                        to: b.clone(),
+                        range,
+                    });
+                }
+            }
+        }
+        self.resync_out
+            .retain(|(to, range), _| self.backups.contains(to) && Some(*range) == me.range);
+        if let Some(old) = &old {
+            let before: BTreeSet<CellId> = old
+                .backup_ranges(&self.me)
+                .into_iter()
+                .map(|(c, _)| c.id.clone())
+                .collect();
+            let was_active = old
+                .cell(&self.me)
+                .is_some_and(|c| c.state == CellState::Active);
+            for (p, _) in map.backup_ranges(&self.me) {
+                if was_active && me.state == CellState::Active && !before.contains(&p.id) {
+                    self.resync_in.insert(p.id.clone());
+                }
+            }
+        }
+        let preds: BTreeSet<CellId> = map
+            .backup_ranges(&self.me)
+            .into_iter()
+            .map(|(c, _)| c.id.clone())
+            .collect();
+        self.resync_in.retain(|p| preds.contains(p));
+        // Hand-offs this cell leads as a division's parent.
+        let mut current = BTreeSet::new();
+        for m in map.migrations() {
+            if let Migration::Division { parent, child, .. } = m {
+                if *parent == self.me {
+                    current.insert(child.clone());
+                    if !self.handoffs.contains_key(child) {
+                        self.handoffs.insert(
+                            child.clone(),
+                            HandOff {
+                                started_ms: now_ms,
+                                last_emitted_ms: now_ms,
+                                caught_up: false,
+                            },
+                        );
+                        let range = me.range.unwrap_or(HashRange::FULL);
+                        self.outputs.push(Output::StartHandOff {
+                            child: child.clone(),
+                            range,
+                        });
+                    }
+                }
+            }
+        }
+        self.handoffs.retain(|child, _| current.contains(child));
+        self.proposed.clear();
+    }
+
+    fn fence_self(&mut self) {
+        if !self.fenced {
+            self.fenced = true;
+            self.leases.clear();
+            self.backups.clear();
+            self.outputs.push(Output::Fenced);
+        }
+    }
+
+    /// Handles a message from a peer.
+    pub fn step(&mut self, message: RingMessage, now_ms: u64) {
+        if self.fenced {
+            return;
+        }
+        match message {
+            RingMessage::Heartbeat {
+                from,
+                epoch,
+                sent_at_ms,
+            } => {
+                self.note_epoch(&from, epoch);
+                let grant = self.grant_for(&from, now_ms);
+                let message = RingMessage::HeartbeatAck {
+                    from: self.me.clone(),
+                    epoch: self.map.epoch(),
+                    echo_sent_at_ms: sent_at_ms,
+                    grant,
+                };
+                self.outputs.push(Output::Send { to: from, message });
+            }
+            RingMessage::HeartbeatAck {
+                from,
+                epoch,
+                echo_sent_at_ms,
+                grant,
+            } => {
+                self.note_epoch(&from, epoch);
+                if !self.backups.contains(&from) {
+                    return;
+                }
+                let ack = self.last_ack_ms.entry(from.clone()).or_insert(now_ms);
+                *ack = (*ack).max(now_ms);
+                if let Some(range) = grant {
+                    let newer = self
+                        .leases
+                        .get(&from)
+                        .is_none_or(|l| echo_sent_at_ms >= l.sent_at_ms);
+                    if newer {
+                        let expires_ms = echo_sent_at_ms.saturating_add(self.config.lease_ms);
+                        let lease = Lease {
+                            range,
+                            expires_ms,
+                            sent_at_ms: echo_sent_at_ms,
+                        };
+                        self.leases.insert(from, lease);
+                    }
+                }
+            }
+            RingMessage::LeaseRelease { from, epoch } => {
+                self.note_epoch(&from, epoch);
+                self.grants.remove(&from);
+            }
+        }
+    }
+
+    fn note_epoch(&mut self, from: &CellId, epoch: u64) {
+        if epoch > self.map.epoch() {
+            self.outputs.push(Output::NeedMap { from: from.clone() });
+        }
+    }
+
+    /// The lease this cell grants `to`, if any: `to`'s range in my map when I back it up and
+    /// no unexpired grant to another cell overlaps it.
+    fn grant_for(&mut self, to: &CellId, now_ms: u64) -> Option<HashRange> {
+        let me_active = self
+            .map
+            .cell(&self.me)
+            .is_some_and(|c| c.state == CellState::Active);
+        if !me_active || now_ms >= self.map_valid_until_ms {
+            return None;
+        }
+        let (_, range) = self
+            .map
+            .backup_ranges(&self.me)
+            .into_iter()
+            .find(|(c, _)| c.id == *to)?;
+        let conflict = self
+            .grants
+            .iter()
+            .any(|(other, g)| other != to && now_ms < g.expires_ms && g.range.overlaps(&range));
+        if conflict {
+            return None;
+        }
+        let expires_ms = now_ms
+            .saturating_add(self.config.lease_ms)
+            .saturating_add(self.config.clock_drift_margin_ms);
+        self.grants.insert(
+            to.clone(),
+            Lease {
+                range,
+                expires_ms,
+                sent_at_ms: now_ms,
+            },
+        );
+        Some(range)
+    }
+
+    /// Advances time: heartbeats, suspicion, retries, orchestration proposals.
+    pub fn tick(&mut self, now_ms: u64) {
+        if self.fenced {
+            return;
+        }
+        self.grants.retain(|_, g| now_ms < g.expires_ms);
+        self.acquired.retain(|(_, not_before)| now_ms < *not_before);
+        let due = self
+            .last_heartbeat_ms
+            .is_none_or(|t| now_ms >= t.saturating_add(self.config.heartbeat_interval_ms));
+        if due {
+            self.last_heartbeat_ms = Some(now_ms);
+            let epoch = self.map.epoch();
+            self.outputs.push(Output::ConfirmMap {
+                epoch,
+                sent_at_ms: now_ms,
+            });
+            for b in self.backups.clone() {
+                let message = RingMessage::Heartbeat {
+                    from: self.me.clone(),
+                    epoch: self.map.epoch(),
+                    sent_at_ms: now_ms,
+                };
+                self.outputs.push(Output::Send { to: b, message });
+            }
+        }
+        let epoch = self.map.epoch();
+        // Suspicion of the successor (seed 001: each cell watches the next one).
+        if let Some(successor) = self.backups.first().cloned() {
+            let last = self.last_ack_ms.get(&successor).copied().unwrap_or(now_ms);
+            if now_ms.saturating_sub(last) >= self.config.suspicion_timeout_ms {
+                self.propose(Change::Fence { cell: successor }, epoch, now_ms);
+            }
+        }
+        // Division hand-offs led by this cell.
+        for (child, h) in self.handoffs.clone() {
+            if h.caught_up {
+                self.propose(Change::CompleteDivision { child }, epoch, now_ms);
+            } else if now_ms.saturating_sub(h.started_ms) >= self.config.handoff_timeout_ms {
+                self.propose(Change::AbortDivision { child }, epoch, now_ms);
+            } else if now_ms.saturating_sub(h.last_emitted_ms) >= self.config.resync_retry_ms {
+                if let Some(range) = self.map.cell(&self.me).and_then(|c| c.range) {
+                    self.outputs.push(Output::StartHandOff {
+                        child: child.clone(),
+                        range,
+                    });
+                }
+                if let Some(h) = self.handoffs.get_mut(&child) {
+                    h.last_emitted_ms = now_ms;
+                }
+            }
+        }
+        // Re-replications not reported done are started again.
+        for ((to, range), started) in self.resync_out.iter_mut() {
+            if now_ms.saturating_sub(*started) >= self.config.resync_retry_ms {
+                *started = now_ms;
+                self.outputs.push(Output::Resync {
+                    to: to.clone(),
+                    range: *range,
+                });
+            }
+        }
+        // Absorptions this cell completes as the successor.
+        if self.resync_out.is_empty() && self.resync_in.is_empty() {
+            let done: Vec<CellId> = self
+                .map
+                .migrations()
+                .iter()
+                .filter_map(|m| match m {
+                    Migration::Absorption {
+                        departed,
+                        successor,
+                        ..
+                    } if *successor == self.me => Some(departed.clone()),
+                    _ => None,
+                })
+                .collect();
+            for departed in done {
+                self.propose(Change::CompleteAbsorption { departed }, epoch, now_ms);
+            }
+        }
+        if self.leave_requested
+            && self
+                .map
+                .cell(&self.me)
+                .is_some_and(|c| c.state == CellState::Active)
+        {
+            let reason = AbsorptionReason::Leaving;
+            let change = Change::BeginAbsorption {
+                departed: self.me.clone(),
+                reason,
+            };
+            self.propose(change, epoch, now_ms);
+        }
+    }
+
+    fn propose(&mut self, change: Change, epoch: u64, now_ms: u64) {
+        let retry = self.config.proposal_retry_ms;
+        match self.proposed.iter_mut().find(|(c, _)| *c == change) {
+            Some((_, at)) if now_ms.saturating_sub(*at) < retry => return,
+            Some((_, at)) => *at = now_ms,
+            None => self.proposed.push((change.clone(), now_ms)),
+        }
+        self.outputs.push(Output::Propose(Proposal {
+            based_on_epoch: epoch,
+            change,
+        }));
+    }
+
+    /// Scale-out: propose that a new cell at `child_address` divides this cell's range.
+    pub fn request_division(&mut self, child_address: CellAddress, now_ms: u64) {
+        if self.fenced {
+            return;
+        }
+        let change = Change::BeginDivision {
+            parent: self.me.clone(),
+            child_address,
+        };
+        let epoch = self.map.epoch();
+        self.propose(change, epoch, now_ms);
+    }
+
+    /// Scale-in: propose (and keep proposing) this cell's graceful absorption.
+    pub fn request_leave(&mut self) {
+        self.leave_requested = true;
+    }
+
+    /// The node reports that `child` has the snapshot and is in step with live writes.
+    pub fn handoff_caught_up(&mut self, child: &CellId) {
+        if let Some(h) = self.handoffs.get_mut(child) {
+            h.caught_up = true;
+        }
+    }
+
+    /// The node reports that `to`'s copy of `range` is in sync.
+    pub fn resync_done(&mut self, to: &CellId, range: HashRange) {
+        self.resync_out.remove(&(to.clone(), range));
+    }
+
+    /// The node reports that `from` finished re-sending its range to this cell.
+    pub fn resync_received(&mut self, from: &CellId) {
+        self.resync_in.remove(from);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,284 @@
+//! Unit tests of the ring state machine: two and three cells driven by hand, message by
+//! message, with explicit virtual times.
+
+use super::*;
+use crate::change::apply;
+
+fn addr(n: u32) -> CellAddress {
+    CellAddress {
+        client: format!("127.0.0.1:{}", 21000 + n),
+        peer: format!("127.0.0.1:{}", 31000 + n),
+    }
+}
+
+fn id(s: &str) -> CellId {
+    s.parse().unwrap()
+}
+
+/// Bootstrap 1, divide into 1 and 2 (r = 2): each backs up the other.
+fn two_cells() -> ClusterMap {
+    let m = ClusterMap::bootstrap(id("1"), addr(0), 2).unwrap();
+    let m = apply(
+        &m,
+        &Proposal {
+            based_on_epoch: 1,
+            change: Change::BeginDivision {
+                parent: id("1"),
+                child_address: addr(1),
+            },
+        },
+    )
+    .unwrap();
+    apply(
+        &m,
+        &Proposal {
+            based_on_epoch: 2,
+            change: Change::CompleteDivision { child: id("2") },
+        },
+    )
+    .unwrap()
+}
+
+fn sends(outputs: &[Output]) -> Vec<(CellId, RingMessage)> {
+    outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Send { to, message } => Some((to.clone(), message.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Delivers every message between the two rings until quiet, all at time `now`.
+fn exchange(a: &mut Ring, b: &mut Ring, now: u64) {
+    for _ in 0..8 {
+        let mut moved = false;
+        for (to, m) in sends(&a.drain_outputs()) {
+            if to == *b.id() {
+                b.step(m, now);
+                moved = true;
+            }
+        }
+        for (to, m) in sends(&b.drain_outputs()) {
+            if to == *a.id() {
+                a.step(m, now);
+                moved = true;
+            }
+        }
+        if !moved {
+            return;
+        }
+    }
+}
+
+#[test]
+fn leases_make_masters_serve_and_expire_without_renewal() {
+    let map = two_cells();
+    let cfg = RingConfig::default();
+    let mut a = Ring::new(id("1"), map.clone(), cfg, 0);
+    let mut b = Ring::new(id("2"), map, cfg, 0);
+    a.map_confirmed(3, 0);
+    b.map_confirmed(3, 0);
+    assert!(!a.can_serve(0, 0), "no lease yet");
+    a.tick(0);
+    b.tick(0);
+    exchange(&mut a, &mut b, 0);
+    assert!(a.can_serve(0, 1) && b.can_serve(u64::MAX, 1));
+    assert!(
+        !a.can_serve(u64::MAX, 1),
+        "never serves a hash it does not own"
+    );
+    // Lease counted from the heartbeat's send time (0): valid until lease_ms, exclusive.
+    assert!(a.can_serve(0, cfg.lease_ms - 1));
+    assert!(!a.can_serve(0, cfg.lease_ms));
+}
+
+#[test]
+fn silent_successor_is_proposed_for_fencing_not_removed() {
+    let map = two_cells();
+    let cfg = RingConfig::default();
+    let mut a = Ring::new(id("1"), map, cfg, 0);
+    let proposals = |a: &mut Ring| -> Vec<Proposal> {
+        a.drain_outputs()
+            .into_iter()
+            .filter_map(|o| {
+                if let Output::Propose(p) = o {
+                    Some(p)
+                } else {
+                    None
+                }
+            })
+            .collect()
+    };
+    a.tick(cfg.suspicion_timeout_ms - 1);
+    assert!(
+        proposals(&mut a).is_empty(),
+        "not suspected before the timeout"
+    );
+    a.tick(cfg.suspicion_timeout_ms);
+    let p = proposals(&mut a);
+    assert_eq!(
+        p,
+        [Proposal {
+            based_on_epoch: 3,
+            change: Change::Fence { cell: id("2") }
+        }]
+    );
+    a.tick(cfg.suspicion_timeout_ms + 10);
+    assert!(
+        proposals(&mut a).is_empty(),
+        "retries are spaced by proposal_retry_ms"
+    );
+    a.tick(cfg.suspicion_timeout_ms + cfg.proposal_retry_ms);
+    assert_eq!(proposals(&mut a).len(), 1);
+    assert_eq!(
+        a.map().cell(&id("2")).unwrap().state,
+        CellState::Active,
+        "map unchanged locally"
+    );
+}
+
+#[test]
+fn backup_promotes_only_after_its_grant_expired() {
+    let map = two_cells();
+    let cfg = RingConfig::default();
+    let mut a = Ring::new(id("1"), map.clone(), cfg, 0);
+    let mut b = Ring::new(id("2"), map.clone(), cfg, 0);
+    a.map_confirmed(3, 0);
+    b.map_confirmed(3, 0);
+    a.tick(0);
+    b.tick(0);
+    exchange(&mut a, &mut b, 0);
+    // Cell 1 is declared dead at epoch 4; cell 2 now owns everything.
+    let fenced = apply(
+        &map,
+        &Proposal {
+            based_on_epoch: 3,
+            change: Change::Fence { cell: id("1") },
+        },
+    )
+    .unwrap();
+    b.install_map(fenced, 10);
+    b.map_confirmed(4, 10);
+    b.map_confirmed(4, 1_000);
+    assert_eq!(b.map().owner(0).id, id("2"));
+    // Cell 1 may still serve while its map lease lasts (it may be a partitioned zombie that
+    // never learns it was fenced), and while its lease from cell 2 lasts.
+    let wait_end = 10 + cfg.map_lease_ms + cfg.clock_drift_margin_ms;
+    assert!(wait_end > cfg.lease_ms + cfg.clock_drift_margin_ms);
+    assert!(
+        b.can_serve(u64::MAX, wait_end - 1),
+        "its own old range is unaffected"
+    );
+    assert!(
+        !b.can_serve(0, wait_end - 1),
+        "taken-over range waits out the map lease"
+    );
+    assert!(
+        b.can_serve(0, wait_end),
+        "then the promoted range is served"
+    );
+    assert!(
+        !b.can_serve(0, 1_000 + cfg.map_lease_ms),
+        "without reconfirmation, nothing is"
+    );
+    // Cell 1, partitioned with its old map, loses its lease before that.
+    assert!(a.can_serve(0, cfg.lease_ms - 1));
+    // Cell 1, partitioned with its old map, loses its lease before that.
+    assert!(!a.can_serve(0, cfg.lease_ms));
+    // And cell 2 no longer grants it anything.
+    b.step(
+        RingMessage::Heartbeat {
+            from: id("1"),
+            epoch: 3,
+            sent_at_ms: 20,
+        },
+        20,
+    );
+    let acks = sends(&b.drain_outputs());
+    assert!(
+        acks.iter()
+            .any(|(_, m)| matches!(m, RingMessage::HeartbeatAck { grant: None, .. }))
+    );
+}
+
+#[test]
+fn removed_cell_fences_itself_and_old_maps_are_ignored() {
+    let map = two_cells();
+    let mut a = Ring::new(id("1"), map.clone(), RingConfig::default(), 0);
+    let gone = apply(
+        &map,
+        &Proposal {
+            based_on_epoch: 3,
+            change: Change::Fence { cell: id("1") },
+        },
+    )
+    .unwrap();
+    let gone = apply(
+        &gone,
+        &Proposal {
+            based_on_epoch: 4,
+            change: Change::CompleteAbsorption { departed: id("1") },
+        },
+    )
+    .unwrap();
+    a.install_map(map.clone(), 5);
+    assert!(!a.is_fenced(), "same epoch ignored");
+    a.install_map(gone, 5);
+    assert!(a.is_fenced());
+    assert!(a.drain_outputs().contains(&Output::Fenced));
+    a.install_map(map, 6);
+    assert!(a.is_fenced(), "fencing is permanent");
+}
+
+#[test]
+fn stale_map_stops_serving_when_its_confirmation_lapses() {
+    let map = two_cells();
+    let cfg = RingConfig {
+        lease_ms: 10 * RingConfig::default().map_lease_ms,
+        ..RingConfig::default()
+    };
+    let mut a = Ring::new(id("1"), map.clone(), cfg, 0);
+    let mut b = Ring::new(id("2"), map, cfg, 0);
+    a.map_confirmed(3, 0);
+    b.map_confirmed(3, 0);
+    a.tick(0);
+    b.tick(0);
+    exchange(&mut a, &mut b, 0);
+    assert!(a.can_serve(0, cfg.map_lease_ms - 1));
+    assert!(
+        !a.can_serve(0, cfg.map_lease_ms),
+        "backup lease alone is not enough"
+    );
+    a.map_confirmed(2, 100);
+    assert!(
+        !a.can_serve(0, cfg.map_lease_ms),
+        "a confirmation of another epoch does not count"
+    );
+    a.tick(cfg.heartbeat_interval_ms);
+    let confirms = a
+        .drain_outputs()
+        .iter()
+        .filter(|o| matches!(o, Output::ConfirmMap { .. }))
+        .count();
+    assert!(confirms >= 1, "the ring asks for confirmation");
+}
+
+#[test]
+fn newer_epoch_from_peer_asks_for_the_map() {
+    let map = two_cells();
+    let mut a = Ring::new(id("1"), map, RingConfig::default(), 0);
+    a.drain_outputs();
+    a.step(
+        RingMessage::Heartbeat {
+            from: id("2"),
+            epoch: 9,
+            sent_at_ms: 0,
+        },
+        0,
+    );
+    assert!(
+        a.drain_outputs()
+            .contains(&Output::NeedMap { from: id("2") })
+    );
+}

@@ -1,0 +1,367 @@
+//! Payload layouts of the frames that carry data rather than control messages.
+//!
+//! Replication and range hand-off both move *full item state*, never commands, so applying a
+//! record is idempotent and order is decided by a per-range sequence number alone: a backup
+//! applies record `seq` of a range only after `seq - 1` (the node enforces this; the codec just
+//! carries the numbers). All integers are little-endian; every length is bounded and checked
+//! against the remaining bytes, so decoding never panics and never over-reads.
+//!
+//! ```text
+//! record  := op:u8  range.start:u64  range.end:u64  seq:u64  body
+//! Set     := key_len:u8 key  flags:u32  expiry_unix_secs:u64  cas:u64  value_len:u32 value
+//! Delete  := key_len:u8 key
+//! Touch   := key_len:u8 key  expiry_unix_secs:u64
+//! Flush   := at_unix_secs:u64
+//! ack / snapshot-done := range.start:u64 range.end:u64 seq:u64
+//! ```
+
+use crate::id::CellId;
+use crate::range::HashRange;
+use crate::wire::WireError;
+
+/// Longest key (memcached's limit, SPEC D1); it also fits the one-byte key length.
+pub const KEY_BYTES_MAX: usize = 250;
+
+const OP_SET: u8 = 1;
+const OP_DELETE: u8 = 2;
+const OP_TOUCH: u8 = 3;
+const OP_FLUSH: u8 = 4;
+
+/// One change to replicate, with full item state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplicationOp<'a> {
+    /// The item now has exactly this state (set family, incr/decr, append… all become Set).
+    Set {
+        key: &'a [u8],
+        value: &'a [u8],
+        flags: u32,
+        expiry_unix_secs: u64,
+        cas: u64,
+    },
+    /// The item is gone.
+    Delete { key: &'a [u8] },
+    /// The item's expiry changed.
+    Touch {
+        key: &'a [u8],
+        expiry_unix_secs: u64,
+    },
+    /// Every item of the range written before `at_unix_secs` is invalid from then on.
+    Flush { at_unix_secs: u64 },
+}
+
+/// A replication record: which master range's stream it belongs to and where in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicationRecord<'a> {
+    /// The master range whose stream this is.
+    pub range: HashRange,
+    /// Position in that range's stream; consecutive, starting after the snapshot's.
+    pub seq: u64,
+    /// What changed.
+    pub op: ReplicationOp<'a>,
+}
+
+/// `(range, seq)`: a backup's acknowledgement, or the end of a snapshot stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RangeSeq {
+    /// The range of the stream.
+    pub range: HashRange,
+    /// Highest sequence applied (ack) or the sequence live replication continues after
+    /// (snapshot done).
+    pub seq: u64,
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.buf.len());
+        let end = end.ok_or(WireError::Payload("truncated"))?;
+        let s = &self.buf[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+    fn u8(&mut self) -> Result<u8, WireError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32, WireError> {
+        let mut b = [0u8; 4];
+        b.copy_from_slice(self.take(4)?);
+        Ok(u32::from_le_bytes(b))
+    }
+    fn u64(&mut self) -> Result<u64, WireError> {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(b))
+    }
+    fn key(&mut self) -> Result<&'a [u8], WireError> {
+        let len = usize::from(self.u8()?);
+        if len == 0 || len > KEY_BYTES_MAX {
+            return Err(WireError::Payload("key length out of bounds"));
+        }
+        self.take(len)
+    }
+    fn range(&mut self) -> Result<HashRange, WireError> {
+        Ok(HashRange::new(self.u64()?, self.u64()?))
+    }
+}
+
+fn put_key(out: &mut Vec<u8>, key: &[u8]) -> Result<(), WireError> {
+    if key.is_empty() || key.len() > KEY_BYTES_MAX {
+        return Err(WireError::Payload("key length out of bounds"));
+    }
+    out.push(key.len() as u8);
+    out.extend_from_slice(key);
+    Ok(())
+}
+
+impl<'a> ReplicationRecord<'a> {
+    /// Appends the record to `out` (several records may share one payload).
+    pub fn encode(&self, out: &mut Vec<u8>) -> Result<(), WireError> {
+        let tag = match self.op {
+            ReplicationOp::Set { .. } => OP_SET,
+            ReplicationOp::Delete { .. } => OP_DELETE,
+            ReplicationOp::Touch { .. } => OP_TOUCH,
+            ReplicationOp::Flush { .. } => OP_FLUSH,
+        };
+        let rollback = out.len();
+        out.push(tag);
+        out.extend_from_slice(&self.range.start.to_le_bytes());
+        out.extend_from_slice(&self.range.end.to_le_bytes());
+        out.extend_from_slice(&self.seq.to_le_bytes());
+        let body = match self.op {
+            ReplicationOp::Set {
+                key,
+                value,
+                flags,
+                expiry_unix_secs,
+                cas,
+            } => put_key(out, key).and_then(|()| {
+                let len = u32::try_from(value.len())
+                    .map_err(|_| WireError::Payload("value longer than u32"))?;
+                out.extend_from_slice(&flags.to_le_bytes());
+                out.extend_from_slice(&expiry_unix_secs.to_le_bytes());
+                out.extend_from_slice(&cas.to_le_bytes());
+                out.extend_from_slice(&len.to_le_bytes());
+                out.extend_from_slice(value);
+                Ok(())
+            }),
+            ReplicationOp::Delete { key } => put_key(out, key),
+            ReplicationOp::Touch {
+                key,
+                expiry_unix_secs,
+            } => put_key(out, key).map(|()| {
+                out.extend_from_slice(&expiry_unix_secs.to_le_bytes());
+            }),
+            ReplicationOp::Flush { at_unix_secs } => {
+                out.extend_from_slice(&at_unix_secs.to_le_bytes());
+                Ok(())
+            }
+        };
+        if body.is_err() {
+            out.truncate(rollback);
+        }
+        body
+    }
+
+    /// Decodes the first record of `buf`, returning it and the bytes it used.
+    pub fn decode(buf: &'a [u8]) -> Result<(ReplicationRecord<'a>, usize), WireError> {
+        let mut r = Reader { buf, at: 0 };
+        let tag = r.u8()?;
+        let range = r.range()?;
+        let seq = r.u64()?;
+        let op = match tag {
+            OP_SET => {
+                let key = r.key()?;
+                let flags = r.u32()?;
+                let expiry_unix_secs = r.u64()?;
+                let cas = r.u64()?;
+                let len = r.u32()? as usize;
+                let value = r.take(len)?;
+                ReplicationOp::Set {
+                    key,
+                    value,
+                    flags,
+                    expiry_unix_secs,
+                    cas,
+                }
+            }
+            OP_DELETE => ReplicationOp::Delete { key: r.key()? },
+            OP_TOUCH => ReplicationOp::Touch {
+                key: r.key()?,
+                expiry_unix_secs: r.u64()?,
+            },
+            OP_FLUSH => ReplicationOp::Flush {
+                at_unix_secs: r.u64()?,
+            },
+            _ => return Err(WireError::Payload("unknown replication op")),
+        };
+        Ok((ReplicationRecord { range, seq, op }, r.at))
+    }
+
+    /// Iterates over every record of a payload; stops after the first error.
+    pub fn decode_all(
+        mut buf: &'a [u8],
+    ) -> impl Iterator<Item = Result<ReplicationRecord<'a>, WireError>> + 'a {
+        let mut failed = false;
+        std::iter::from_fn(move || {
+            if buf.is_empty() || failed {
+                return None;
+            }
+            match ReplicationRecord::decode(buf) {
+                Ok((rec, used)) => {
+                    buf = &buf[used..];
+                    Some(Ok(rec))
+                }
+                Err(e) => {
+                    failed = true;
+                    Some(Err(e))
+                }
+            }
+        })
+    }
+}
+
+impl RangeSeq {
+    /// Fixed 24-byte layout.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.range.start.to_le_bytes());
+        out.extend_from_slice(&self.range.end.to_le_bytes());
+        out.extend_from_slice(&self.seq.to_le_bytes());
+    }
+
+    /// Decodes a payload that must be exactly one `RangeSeq`.
+    pub fn decode(buf: &[u8]) -> Result<RangeSeq, WireError> {
+        let mut r = Reader { buf, at: 0 };
+        let v = RangeSeq {
+            range: r.range()?,
+            seq: r.u64()?,
+        };
+        if r.at != buf.len() {
+            return Err(WireError::Payload("trailing bytes"));
+        }
+        Ok(v)
+    }
+}
+
+/// Hello payload: the sender's cell id as text.
+pub fn encode_hello(id: &CellId) -> Vec<u8> {
+    id.to_string().into_bytes()
+}
+
+/// Parses a Hello payload.
+pub fn decode_hello(buf: &[u8]) -> Result<CellId, WireError> {
+    let text = std::str::from_utf8(buf).map_err(|_| WireError::Payload("hello is not UTF-8"))?;
+    text.parse()
+        .map_err(|_| WireError::Payload("hello is not a cell id"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn arb_key() -> impl Strategy<Value = Vec<u8>> {
+        proptest::collection::vec(33u8..127, 1..=KEY_BYTES_MAX)
+    }
+
+    #[derive(Debug, Clone)]
+    enum OwnedOp {
+        Set(Vec<u8>, Vec<u8>, u32, u64, u64),
+        Delete(Vec<u8>),
+        Touch(Vec<u8>, u64),
+        Flush(u64),
+    }
+
+    impl OwnedOp {
+        fn op(&self) -> ReplicationOp<'_> {
+            match self {
+                OwnedOp::Set(k, v, f, e, c) => ReplicationOp::Set {
+                    key: k,
+                    value: v,
+                    flags: *f,
+                    expiry_unix_secs: *e,
+                    cas: *c,
+                },
+                OwnedOp::Delete(k) => ReplicationOp::Delete { key: k },
+                OwnedOp::Touch(k, e) => ReplicationOp::Touch {
+                    key: k,
+                    expiry_unix_secs: *e,
+                },
+                OwnedOp::Flush(a) => ReplicationOp::Flush { at_unix_secs: *a },
+            }
+        }
+    }
+
+    fn arb_op() -> impl Strategy<Value = OwnedOp> {
+        prop_oneof![
+            (
+                arb_key(),
+                proptest::collection::vec(any::<u8>(), 0..200),
+                any::<u32>(),
+                any::<u64>(),
+                any::<u64>()
+            )
+                .prop_map(|(k, v, f, e, c)| OwnedOp::Set(k, v, f, e, c)),
+            arb_key().prop_map(OwnedOp::Delete),
+            (arb_key(), any::<u64>()).prop_map(|(k, e)| OwnedOp::Touch(k, e)),
+            any::<u64>().prop_map(OwnedOp::Flush),
+        ]
+    }
+
+    #[test]
+    fn bad_keys_refused_both_ways() {
+        let long = vec![b'k'; KEY_BYTES_MAX + 1];
+        let rec = ReplicationRecord {
+            range: HashRange::FULL,
+            seq: 1,
+            op: ReplicationOp::Delete { key: &long },
+        };
+        let mut out = vec![9];
+        assert!(rec.encode(&mut out).is_err());
+        assert_eq!(out, [9], "failed encode leaves the buffer as it was");
+        let empty = ReplicationRecord {
+            op: ReplicationOp::Delete { key: b"" },
+            ..rec
+        };
+        assert!(empty.encode(&mut out).is_err());
+        assert_eq!(decode_hello(b"2.25").unwrap().to_string(), "2.25");
+        assert!(decode_hello(b"x").is_err());
+        assert!(RangeSeq::decode(&[0; 25]).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn records_round_trip(ops in proptest::collection::vec(arb_op(), 1..8), start in any::<u64>(), seq in any::<u64>()) {
+            let range = HashRange::new(start, start.wrapping_add(1000));
+            let mut payload = Vec::new();
+            for (i, op) in ops.iter().enumerate() {
+                ReplicationRecord { range, seq: seq.wrapping_add(i as u64), op: op.op() }.encode(&mut payload).unwrap();
+            }
+            let back: Vec<_> = ReplicationRecord::decode_all(&payload).collect::<Result<_, _>>().unwrap();
+            prop_assert_eq!(back.len(), ops.len());
+            for (i, (rec, op)) in back.iter().zip(&ops).enumerate() {
+                prop_assert_eq!(rec.op, op.op());
+                prop_assert_eq!(rec.seq, seq.wrapping_add(i as u64));
+                prop_assert_eq!(rec.range, range);
+            }
+            let ack = RangeSeq { range, seq };
+            let mut b = Vec::new();
+            ack.encode(&mut b);
+            prop_assert_eq!(RangeSeq::decode(&b).unwrap(), ack);
+        }
+
+        #[test]
+        fn truncated_or_random_payloads_never_panic(op in arb_op(), cut in any::<prop::sample::Index>(), junk in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let mut payload = Vec::new();
+            ReplicationRecord { range: HashRange::FULL, seq: 1, op: op.op() }.encode(&mut payload).unwrap();
+            let n = cut.index(payload.len());
+            prop_assert!(ReplicationRecord::decode(&payload[..n]).is_err(), "a strict prefix is truncated");
+            for r in ReplicationRecord::decode_all(&junk) {
+                let _ = r;
+            }
+        }
+    }
+}
