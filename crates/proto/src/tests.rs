@@ -1236,3 +1236,27 @@ fn write_retrieve_sends_any_key_list() {
     write_retrieve(&mut out, false, None, [&b"k"[..]]);
     assert_eq!(out, b"get k\r\n");
 }
+
+#[test]
+fn noreply_silences_classic_errors_like_memcached() {
+    // memcached 1.6.18 answers each of these (followed by `mn`) with only `MN`.
+    let cases = [
+        (&b"incr a abc noreply\r\n"[..], ClientError::InvalidDelta),
+        (b"touch a abc noreply\r\n", ClientError::InvalidExptime),
+        (b"flush_all abc noreply\r\n", ClientError::InvalidExptime),
+        (b"delete a 5 noreply\r\n", ClientError::BadDeleteFormat),
+    ];
+    for (bytes, expected) in cases {
+        let Parsed::Error(e) = parse(bytes, &limits()) else {
+            panic!("{:?} accepted", String::from_utf8_lossy(bytes));
+        };
+        assert_eq!(e.reply, ErrorReply::Client(expected));
+        assert!(e.noreply, "{:?}", String::from_utf8_lossy(bytes));
+        assert_eq!(e.consumed, bytes.len());
+    }
+    // Meta errors are always sent, `q` or not.
+    let Parsed::Error(e) = parse(b"mg a Z q\r\n", &limits()) else {
+        panic!("accepted");
+    };
+    assert!(!e.noreply);
+}
