@@ -81,7 +81,7 @@ impl<'a> LineTokens<'a> {
 pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
     let window = &buf[..buf.len().min(limits.line_bytes_max)];
     let Some(newline) = memchr(b'\n', window) else {
-        if buf.len() >= limits.line_bytes_max {
+        if !buf.is_empty() && buf.len() >= limits.line_bytes_max {
             return Parsed::Error(ProtocolError {
                 close: true,
                 ..ProtocolError::line(ErrorReply::Client(ClientError::LineTooLong), buf.len())

@@ -49,8 +49,6 @@ fn returns<'a>(flags: &[ReturnFlag], opaque: Option<&'a [u8]>) -> ReturnFlags<'a
 
 #[test]
 fn classic_requests_parse_to_their_typed_form() {
-    use ReturnFlag as R;
-    let _ = R::Cas;
     let table: Vec<(&[u8], Request<'static>)> = vec![
         // Retrievals: one or many keys, runs of spaces, bare \n (memcached accepts it).
         (
@@ -881,7 +879,6 @@ fn pipelined_requests_parse_one_after_another() {
 
 #[test]
 fn responses_encode_to_memcached_bytes() {
-    use ReturnFlag as R;
     let table: Vec<(Response<'static>, &[u8])> = vec![
         (
             Response::Value {
@@ -977,7 +974,6 @@ fn responses_encode_to_memcached_bytes() {
             }
         );
     }
-    let _ = R::Cas;
 }
 
 /// Builds the reply a server sends for `request_line` (an `mg`/`ms`/`md`/
@@ -1259,4 +1255,15 @@ fn noreply_silences_classic_errors_like_memcached() {
         panic!("accepted");
     };
     assert!(!e.noreply);
+}
+
+#[test]
+fn empty_input_is_incomplete_even_with_degenerate_limits() {
+    let zero = Limits {
+        line_bytes_max: 0,
+        ..Limits::default()
+    };
+    assert_eq!(parse(b"", &zero), Parsed::Incomplete);
+    assert_eq!(parse_reply(b"", &zero), ParsedReply::Incomplete);
+    assert_eq!(parse(b"", &limits()), Parsed::Incomplete);
 }
