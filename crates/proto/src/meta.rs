@@ -565,16 +565,13 @@ pub(crate) fn parse_arithmetic_flags<'a>(
     ))
 }
 
-/// Parses the flags of `me`: only `b` is accepted.
+/// Parses the flags of `me`: like memcached 1.6, only a first flag token of
+/// exactly `b` means anything (base64 key); other tokens are ignored.
 pub(crate) fn parse_debug_key<'a>(
     mut flags: Tokens<'a>,
     key_token: &'a [u8],
 ) -> Result<MetaKey<'a>, ClientError> {
-    let base64 = match (flags.next(), flags.next()) {
-        (None, _) => false,
-        (Some(b"b"), None) => true,
-        _ => return Err(ClientError::BadCommandLineFormat),
-    };
+    let base64 = flags.next() == Some(b"b");
     if base64 {
         let mut buf = [0u8; BINARY_KEY_BYTES_MAX];
         if base64_decode(key_token, &mut buf).is_none() {
