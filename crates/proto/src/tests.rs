@@ -1268,3 +1268,53 @@ fn empty_input_is_incomplete_even_with_degenerate_limits() {
     assert_eq!(parse_reply(b"", &zero), ParsedReply::Incomplete);
     assert_eq!(parse(b"", &limits()), Parsed::Incomplete);
 }
+
+#[test]
+fn memcached_differential_findings() {
+    // Found by sending generated malformed lines to memcached 1.6.18 and to
+    // this parser, and comparing the error lines.
+
+    // A length beyond INT_MAX - 2 is a bad command line with nothing
+    // swallowed (`ms t 4294967295` then `mn` -> the error, then MN).
+    for bytes in [
+        &b"ms t 4294967295\r\n"[..],
+        b"set t 0 0 2147483646\r\n",
+        b"ms t 9223372036854775807 T1\r\n",
+    ] {
+        let Parsed::Error(e) = parse(bytes, &limits()) else {
+            panic!("{:?} accepted", String::from_utf8_lossy(bytes));
+        };
+        assert_eq!(
+            e.reply,
+            ErrorReply::Client(ClientError::BadCommandLineFormat)
+        );
+        assert_eq!(e.swallow, 0);
+    }
+    // The largest length memcached parses is too large for the cache, and
+    // its data is swallowed.
+    let Parsed::Error(e) = parse(b"set t 0 0 2147483645\r\n", &limits()) else {
+        panic!("accepted");
+    };
+    assert_eq!(e.reply, ErrorReply::Server(ServerError::ObjectTooLarge));
+    assert_eq!(e.swallow, 2_147_483_647);
+
+    // noreply is "the last token says noreply", wherever it is
+    // (`append noreply F4294967296 2 noreply` is silent).
+    let Parsed::Error(e) = parse(b"append noreply F4294967296 2 noreply\r\n", &limits()) else {
+        panic!("accepted");
+    };
+    assert!(e.noreply);
+    let Parsed::Error(e) = parse(b"incr k noreply\r\n", &limits()) else {
+        panic!("accepted");
+    };
+    assert!(e.noreply);
+
+    // verbosity takes any unsigned number (`verbosity 18446744073709551615` -> OK).
+    assert_eq!(
+        parse_ok(b"verbosity 18446744073709551615\r\n"),
+        Request::Verbosity {
+            level: u32::MAX,
+            noreply: false
+        }
+    );
+}
