@@ -27,7 +27,9 @@ pub const META_FLAGS_MAX: usize = 20;
 #[serde(default, deny_unknown_fields)]
 pub struct Limits {
     /// Longest key, in bytes (default 250, as memcached). For meta commands
-    /// with the `b` flag this bounds the base64 text as sent.
+    /// with the `b` flag this bounds the base64 text as sent; a base64 key
+    /// also never decodes to more than 187 bytes (250 base64 characters),
+    /// whatever this limit says.
     pub key_bytes_max: usize,
     /// Longest command or reply line in bytes, `\r\n` included (default 64 KiB).
     /// A longer line is answered with `CLIENT_ERROR line too long` and the

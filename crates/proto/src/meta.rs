@@ -370,12 +370,27 @@ fn parse_raw<'a>(
     flags: Tokens<'a>,
     key_token: &'a [u8],
 ) -> Result<RawFlags<'a>, ClientError> {
-    if flags.clone().count() > META_FLAGS_MAX {
-        return Err(ClientError::TooManyFlags);
+    // memcached checks the flag count before any flag, so a too-long line
+    // reports that even when an earlier flag is also bad.
+    let all = flags.clone();
+    let too_many = || all.clone().count() > META_FLAGS_MAX;
+    match parse_tokens(command, flags, key_token) {
+        Err(_) if too_many() => Err(ClientError::TooManyFlags),
+        result => result,
     }
+}
+
+fn parse_tokens<'a>(
+    command: MetaCommand,
+    flags: Tokens<'a>,
+    key_token: &'a [u8],
+) -> Result<RawFlags<'a>, ClientError> {
     let mut raw = RawFlags::default();
     let mut seen: u128 = 0;
-    for token in flags {
+    for (index, token) in flags.enumerate() {
+        if index == META_FLAGS_MAX {
+            return Err(ClientError::TooManyFlags);
+        }
         let letter = token[0];
         if letter >= 128 {
             return Err(ClientError::InvalidFlag);
@@ -550,16 +565,13 @@ pub(crate) fn parse_arithmetic_flags<'a>(
     ))
 }
 
-/// Parses the flags of `me`: only `b` is accepted.
+/// Parses the flags of `me`: like memcached 1.6, only a first flag token of
+/// exactly `b` means anything (base64 key); other tokens are ignored.
 pub(crate) fn parse_debug_key<'a>(
     mut flags: Tokens<'a>,
     key_token: &'a [u8],
 ) -> Result<MetaKey<'a>, ClientError> {
-    let base64 = match (flags.next(), flags.next()) {
-        (None, _) => false,
-        (Some(b"b"), None) => true,
-        _ => return Err(ClientError::BadCommandLineFormat),
-    };
+    let base64 = flags.next() == Some(b"b");
     if base64 {
         let mut buf = [0u8; BINARY_KEY_BYTES_MAX];
         if base64_decode(key_token, &mut buf).is_none() {

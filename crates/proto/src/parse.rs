@@ -81,7 +81,7 @@ impl<'a> LineTokens<'a> {
 pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
     let window = &buf[..buf.len().min(limits.line_bytes_max)];
     let Some(newline) = memchr(b'\n', window) else {
-        if buf.len() >= limits.line_bytes_max {
+        if !buf.is_empty() && buf.len() >= limits.line_bytes_max {
             return Parsed::Error(ProtocolError {
                 close: true,
                 ..ProtocolError::line(ErrorReply::Client(ClientError::LineTooLong), buf.len())
@@ -133,6 +133,16 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
         b"mn" => cx.complete(Request::MetaNoop),
         _ => error(ErrorReply::Error, line_len),
     }
+}
+
+/// Largest data block length memcached parses at all (`INT_MAX - 2`); a
+/// larger one is a bad command line, not a too-large value, so nothing is
+/// swallowed: swallowing gigabytes on a typo would stall the connection.
+const DATA_LENGTH_MAX: usize = i32::MAX as usize - 2;
+
+/// A data block length: a decimal no larger than [`DATA_LENGTH_MAX`].
+fn parse_length(token: &[u8]) -> Option<usize> {
+    parse_usize(token).filter(|&len| len <= DATA_LENGTH_MAX)
 }
 
 fn trim_end(bytes: &[u8]) -> &[u8] {
@@ -219,7 +229,7 @@ impl<'a> Context<'a, '_> {
         if t.count != arguments && t.count != arguments + 1 {
             return error(ErrorReply::Error, self.line_len);
         }
-        let noreply = t.count == arguments + 1 && t.get(arguments) == b"noreply";
+        let noreply = t.noreply();
         let bad_line = || self.client_error(ClientError::BadCommandLineFormat, noreply);
         let key = t.get(0);
         if !self.key_ok(key) {
@@ -228,7 +238,7 @@ impl<'a> Context<'a, '_> {
         let (Some(flags), Some(exptime), Some(len)) = (
             parse_u32(t.get(1)),
             parse_i64(t.get(2)),
-            parse_usize(t.get(3)),
+            parse_length(t.get(3)),
         ) else {
             return bad_line();
         };
@@ -318,7 +328,7 @@ impl<'a> Context<'a, '_> {
         if t.count != 2 && t.count != 3 {
             return error(ErrorReply::Error, self.line_len);
         }
-        let noreply = t.count == 3 && t.get(2) == b"noreply";
+        let noreply = t.noreply();
         let key = t.get(0);
         if !self.key_ok(key) {
             return self.client_error(ClientError::BadCommandLineFormat, noreply);
@@ -339,7 +349,7 @@ impl<'a> Context<'a, '_> {
         if t.count != 2 && t.count != 3 {
             return error(ErrorReply::Error, self.line_len);
         }
-        let noreply = t.count == 3 && t.get(2) == b"noreply";
+        let noreply = t.noreply();
         let key = t.get(0);
         if !self.key_ok(key) {
             return self.client_error(ClientError::BadCommandLineFormat, noreply);
@@ -377,7 +387,8 @@ impl<'a> Context<'a, '_> {
             return error(ErrorReply::Error, self.line_len);
         }
         let noreply = t.noreply();
-        let Some(level) = parse_u32(t.get(0)) else {
+        // memcached accepts any unsigned number here; the level is ignored.
+        let Some(level) = parse_u64(t.get(0)).map(|v| u32::try_from(v).unwrap_or(u32::MAX)) else {
             return self.client_error(ClientError::BadCommandLineFormat, noreply);
         };
         self.complete(Request::Verbosity { level, noreply })
@@ -440,7 +451,7 @@ impl<'a> Context<'a, '_> {
         if !self.key_ok(key) {
             return bad_line();
         }
-        let Some(len) = tokens.next().and_then(parse_usize) else {
+        let Some(len) = tokens.next().and_then(parse_length) else {
             return bad_line();
         };
         // From here on the data block length is known, so every error also

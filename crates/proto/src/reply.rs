@@ -53,7 +53,7 @@ pub enum ReplyError {
 pub fn parse_reply<'a>(buf: &'a [u8], limits: &Limits) -> ParsedReply<'a> {
     let window = &buf[..buf.len().min(limits.line_bytes_max)];
     let Some(newline) = memchr(b'\n', window) else {
-        if buf.len() >= limits.line_bytes_max {
+        if !buf.is_empty() && buf.len() >= limits.line_bytes_max {
             return ParsedReply::Error(ReplyError::LineTooLong);
         }
         return ParsedReply::Incomplete;

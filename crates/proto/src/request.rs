@@ -7,7 +7,7 @@
 //! request is encoded as given; [`Request::encode`] does not validate.
 
 use crate::meta::{MetaArithmeticFlags, MetaDeleteFlags, MetaGetFlags, MetaKey, MetaSetFlags};
-use crate::token::{Tokens, key_is_valid, write_i64, write_u64};
+use crate::token::{Tokens, write_i64, write_u64};
 
 /// One client request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,9 +166,25 @@ impl<'a> Keys<'a> {
     /// Keys from space-separated `text` (the part of a retrieval line after
     /// the command and exptime), validated against the limits.
     pub fn new(text: &'a [u8], key_bytes_max: usize, count_max: usize) -> Result<Self, KeysError> {
+        // Two vectorisable passes instead of a branchy byte loop (this is
+        // the hot path of every get): one folds a "control byte seen" flag
+        // over the text without short-circuiting, so it compiles to SIMD;
+        // the other finds the spaces with memchr and bounds each key.
+        let has_control = text
+            .iter()
+            .fold(false, |seen, &b| seen | (b < b' ') | (b == 0x7f));
+        if has_control {
+            return Err(KeysError::InvalidKey);
+        }
         let mut count = 0;
-        for key in Tokens::new(text) {
-            if !key_is_valid(key, key_bytes_max) {
+        let mut start = 0;
+        for end in memchr::memchr_iter(b' ', text).chain(std::iter::once(text.len())) {
+            let len = end - start;
+            start = end + 1;
+            if len == 0 {
+                continue;
+            }
+            if len > key_bytes_max {
                 return Err(KeysError::InvalidKey);
             }
             count += 1;

@@ -41,7 +41,9 @@ impl<'a> Iterator for Tokens<'a> {
             self.rest = rest;
             return None;
         }
-        let end = memchr::memchr(b' ', rest).unwrap_or(rest.len());
+        // Tokens are short (keys, numbers, flags): a plain scan beats
+        // memchr's SIMD setup here; memchr is kept for finding line ends.
+        let end = rest.iter().position(|&b| b == b' ').unwrap_or(rest.len());
         self.rest = &rest[end..];
         Some(&rest[..end])
     }
