@@ -191,7 +191,7 @@ fn main() {
     println!("| dist | eviction | hit % | Mops/s (1 thread) |");
     println!("|---|---|---:|---:|");
     let second_chance = StoreConfig {
-        eviction: EvictionPolicyKind::SecondChanceLru,
+        eviction: EvictionPolicyKind::SecondChanceFifo,
         ..StoreConfig::default()
     };
     for dist in [Dist::Uniform, Dist::Zipf] {

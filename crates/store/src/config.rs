@@ -30,9 +30,9 @@ pub enum EvictionPolicyKind {
         /// How many LRU-tail slabs are compared (≥ 1).
         candidates: usize,
     },
-    /// Slab LRU whose victim slab keeps (compacts) the items read since they were written and
-    /// drops only the unread ones.
-    SecondChanceLru,
+    /// Slabs cleared in FIFO order, but a victim slab keeps (compacts) the items read since
+    /// they were written and drops only the unread ones.
+    SecondChanceFifo,
 }
 
 impl std::fmt::Display for EvictionPolicyKind {
@@ -42,7 +42,7 @@ impl std::fmt::Display for EvictionPolicyKind {
             EvictionPolicyKind::LeastLiveOfLru { candidates } => {
                 write!(f, "least_live_of_lru({candidates})")
             }
-            EvictionPolicyKind::SecondChanceLru => write!(f, "second_chance_lru"),
+            EvictionPolicyKind::SecondChanceFifo => write!(f, "second_chance_fifo"),
         }
     }
 }

@@ -25,7 +25,7 @@ mod store;
 pub use config::{
     ConfigError, EvictionPolicyKind, ITEM_HEADER_RESERVE_BYTES, KEY_LEN_MAX, Layout, StoreConfig,
 };
-pub use eviction::{EvictionPolicy, LeastLiveOfLru, SecondChanceLru, SlabLru, SlabView};
+pub use eviction::{EvictionPolicy, LeastLiveOfLru, SecondChanceFifo, SlabLru, SlabView};
 pub use expiry::{Expiry, RELATIVE_EXPTIME_MAX_SECS};
 pub use feed::{Change, ChangeKind, ChangeSink};
 pub use ops::{

@@ -19,7 +19,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::config::{EvictionPolicyKind, KEY_LEN_MAX, StoreConfig};
-use crate::eviction::{EvictionPolicy, LeastLiveOfLru, SecondChanceLru, SlabLru, SlabView};
+use crate::eviction::{EvictionPolicy, LeastLiveOfLru, SecondChanceFifo, SlabLru, SlabView};
 use crate::expiry::Expiry;
 use crate::feed::{Change, ChangeKind, ChangeSink};
 use crate::index::{Index, SLOT_BYTES, SLOTS_PER_BUCKET};
@@ -136,7 +136,7 @@ impl Shard {
             EvictionPolicyKind::LeastLiveOfLru { candidates } => {
                 Box::new(LeastLiveOfLru::new(slabs.len(), candidates))
             }
-            EvictionPolicyKind::SecondChanceLru => Box::new(SecondChanceLru::new(slabs.len())),
+            EvictionPolicyKind::SecondChanceFifo => Box::new(SecondChanceFifo::new(slabs.len())),
         };
         Shard {
             arena: vec![0u8; sizing.arena_bytes],
@@ -361,7 +361,9 @@ impl Shard {
         debug_assert_eq!(u64::from(m.live_bytes), dst);
         m.write_offset = dst as u32;
         self.slabs.move_to(s, ListId::Partial);
-        self.policy.on_access(s);
+        // The slab re-enters the eviction order as newest, as if just opened.
+        self.policy.on_release(s);
+        self.policy.on_open(s);
     }
 
     /// Compacts one queued slab in place; false if none qualifies any more.
@@ -682,7 +684,11 @@ impl Shard {
             self.slabs.meta[s as usize].last_access = now;
             self.policy.on_access(s);
         }
-        self.arena[loc as usize] = new_ctrl;
+        // Hot items are read from several threads: write the byte only when it changes, so
+        // repeated hits do not dirty the item's cache line.
+        if new_ctrl != ctrl {
+            self.arena[loc as usize] = new_ctrl;
+        }
         let b = loc as usize;
         Some(f(ItemView {
             key: &self.arena[b + h.key_offset..b + h.key_offset + h.key_len],

@@ -430,7 +430,7 @@ proptest! {
         policy in prop_oneof![
             Just(EvictionPolicyKind::SlabLru),
             Just(EvictionPolicyKind::LeastLiveOfLru { candidates: 3 }),
-            Just(EvictionPolicyKind::SecondChanceLru),
+            Just(EvictionPolicyKind::SecondChanceFifo),
         ],
     ) {
         run(tight(compaction, policy), ops, true)?;

@@ -717,7 +717,7 @@ fn largest_items_never_fail_when_the_last_slab_is_short() {
 #[test]
 fn second_chance_keeps_read_items_and_drops_unread_neighbours() {
     let cfg = StoreConfig {
-        eviction: EvictionPolicyKind::SecondChanceLru,
+        eviction: EvictionPolicyKind::SecondChanceFifo,
         ..small_config()
     };
     let s = Store::new(cfg).unwrap();
