@@ -743,3 +743,30 @@ fn second_chance_keeps_read_items_and_drops_unread_neighbours() {
     assert!(get(&s, b"c1", NOW).is_none());
     s.check_invariants();
 }
+
+#[test]
+fn config_deserializes_from_toml_with_defaults() {
+    let c: StoreConfig = toml::from_str(
+        r#"
+        memory_limit_bytes = 33554432
+        layout = { kind = "partitioned", shards = 4 }
+        eviction = { kind = "least_live_of_lru", candidates = 8 }
+        compaction_dead_permille = 300
+        "#,
+    )
+    .unwrap();
+    assert_eq!(c.memory_limit_bytes, 32 << 20);
+    assert_eq!(c.layout, Layout::Partitioned { shards: 4 });
+    assert_eq!(
+        c.eviction,
+        EvictionPolicyKind::LeastLiveOfLru { candidates: 8 }
+    );
+    assert_eq!(c.slab_size_bytes, StoreConfig::default().slab_size_bytes);
+    assert!(Store::new(c).is_ok());
+    let c: StoreConfig = toml::from_str(r#"eviction = { kind = "second_chance_fifo" }"#).unwrap();
+    assert_eq!(c.eviction, EvictionPolicyKind::SecondChanceFifo);
+    assert!(
+        toml::from_str::<StoreConfig>("memory_limit = 5").is_err(),
+        "unknown fields are refused"
+    );
+}
