@@ -35,7 +35,7 @@ pub use ops::{
 pub use range::HashRange;
 pub use slab::SlabId;
 pub use stats::Stats;
-pub use store::Store;
+pub use store::{ScanCursor, Store};
 
 /// The key hash of the whole cluster: xxh3-64 of the key bytes. Ring placement and range
 /// hand-off use exactly this function.

@@ -731,8 +731,14 @@ impl Shard {
             let state = h.ctrl & (CTRL_FETCHED | CTRL_STALE | CTRL_WIN);
             let r = self.store_item(hash, k, v, h.flags, expiry, h.cas, state, now);
             self.scratch = buf;
-            if r.is_err() {
-                return false;
+            match r {
+                // The item moved to another slab: report its full state, so that a range scan
+                // that already passed the new slab still gets the item through the feed.
+                Ok(new_loc) => {
+                    self.emit_put(new_loc, ctx);
+                    return true;
+                }
+                Err(_) => return false,
             }
         }
         ctx.emit(ChangeKind::Touch { key, expiry });
@@ -822,6 +828,25 @@ impl Shard {
         }
     }
 
+    /// A view of the item at `loc` (read-side bits as stored, no win claimed).
+    fn view_at(&self, loc: u64, h: &Header) -> ItemView<'_> {
+        let b = loc as usize;
+        ItemView {
+            key: &self.arena[b + h.key_offset..b + h.key_offset + h.key_len],
+            value: &self.arena[b + h.value_offset()..b + h.total_len],
+            flags: h.flags,
+            cas: h.cas,
+            expiry: Expiry::at(h.expiry),
+            fetched_before: h.ctrl & CTRL_FETCHED != 0,
+            stale: h.ctrl & CTRL_STALE != 0,
+            won: false,
+            win_token_taken: h.ctrl & CTRL_WIN != 0,
+            slab_last_access_secs: self.slabs.meta[slab_of(loc, self.slab_size) as usize]
+                .last_access,
+            item_bytes: h.total_len,
+        }
+    }
+
     /// Calls `f` for every live, unexpired item whose key hash is in `range`.
     pub fn for_each_in_range(
         &mut self,
@@ -841,20 +866,40 @@ impl Shard {
             if !range.contains(crate::key_hash(key)) || Expiry::at(h.expiry).is_expired(now) {
                 continue;
             }
-            f(ItemView {
-                key,
-                value: &self.arena[b + h.value_offset()..b + h.total_len],
-                flags: h.flags,
-                cas: h.cas,
-                expiry: Expiry::at(h.expiry),
-                fetched_before: h.ctrl & CTRL_FETCHED != 0,
-                stale: h.ctrl & CTRL_STALE != 0,
-                won: false,
-                win_token_taken: h.ctrl & CTRL_WIN != 0,
-                slab_last_access_secs: self.slabs.meta[slab_of(loc, self.slab_size) as usize]
-                    .last_access,
-                item_bytes: h.total_len,
-            });
+            f(self.view_at(loc, &h));
+        }
+    }
+
+    /// Number of slabs (scan positions).
+    pub fn slab_count(&self) -> usize {
+        self.slabs.len()
+    }
+
+    /// Calls `f` for every live, unexpired item of slab `s` whose key hash is in `range`.
+    pub fn scan_slab(
+        &mut self,
+        s: SlabId,
+        range: HashRange,
+        now: u32,
+        ctx: &Ctx<'_>,
+        f: &mut dyn FnMut(ItemView<'_>),
+    ) {
+        self.maybe_flush(now, ctx);
+        if s as usize >= self.slabs.len() {
+            return;
+        }
+        let mut off = 0u64;
+        while let Some((loc, h)) = self.item_in_slab(s, off) {
+            off += h.total_len as u64;
+            let b = loc as usize;
+            let hash = crate::key_hash(&self.arena[b + h.key_offset..b + h.key_offset + h.key_len]);
+            if !range.contains(hash)
+                || Expiry::at(h.expiry).is_expired(now)
+                || self.index.find_loc(self.index.probe(hash), loc).is_none()
+            {
+                continue;
+            }
+            f(self.view_at(loc, &h));
         }
     }
 

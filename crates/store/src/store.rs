@@ -32,6 +32,18 @@ use crate::stats::Stats;
 
 const MIX_SHARD: u64 = 0xFF51_AFD7_ED55_8CCD;
 
+/// Position of a [`Store::scan_range`] walk: shard and slab to visit next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ScanCursor {
+    shard: usize,
+    slab: u32,
+}
+
+impl ScanCursor {
+    /// Where every walk starts.
+    pub const START: ScanCursor = ScanCursor { shard: 0, slab: 0 };
+}
+
 /// An in-memory store of one cell. `Send + Sync`; share it with `Arc`.
 pub struct Store {
     shards: Box<[Mutex<Shard>]>,
@@ -157,6 +169,42 @@ impl Store {
         for s in self.shards.iter() {
             s.lock().for_each_in_range(range, now, &self.ctx(), &mut f);
         }
+    }
+
+    /// Visits the live items in `range` of one slab and returns where to continue (`None` when
+    /// the walk is complete). Each call holds one shard lock for one slab only, so streaming a
+    /// large range (cell duplication, re-replication) never stalls requests for long.
+    ///
+    /// Consistency with the change feed: items never move between slabs except by being
+    /// rewritten, and every rewrite is reported in the feed with the item's full state
+    /// (compaction and second-chance clearing move items only towards the start of the same
+    /// slab, which one call visits whole). So the items visited plus the feed entries recorded
+    /// since the walk started give the range's current contents, provided the receiver applies
+    /// both in the order the store produced them (both happen under the shard lock — route the
+    /// callback and the sink into one queue). Items evicted meanwhile may be missing: it is a
+    /// cache.
+    pub fn scan_range(
+        &self,
+        range: HashRange,
+        now: u32,
+        cursor: ScanCursor,
+        mut f: impl FnMut(ItemView<'_>),
+    ) -> Option<ScanCursor> {
+        let shard = self.shards.get(cursor.shard)?;
+        let mut guard = shard.lock();
+        guard.scan_slab(cursor.slab, range, now, &self.ctx(), &mut f);
+        let next = if (cursor.slab as usize + 1) < guard.slab_count() {
+            ScanCursor {
+                shard: cursor.shard,
+                slab: cursor.slab + 1,
+            }
+        } else {
+            ScanCursor {
+                shard: cursor.shard + 1,
+                slab: 0,
+            }
+        };
+        (next.shard < self.shards.len()).then_some(next)
     }
 
     /// Copies out every live item whose key hash is in `range`.
