@@ -83,6 +83,11 @@ impl Ctx<'_> {
             None => self.next_cas(),
         }
     }
+    /// Reports a flush; called by the store with every shard lock held.
+    pub fn emit_flush(&self) {
+        self.emit(ChangeKind::Flush);
+    }
+
     fn emit(&self, kind: ChangeKind<'_>) {
         if let Some(sink) = self.sink {
             let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
@@ -116,7 +121,6 @@ pub(crate) struct Shard {
     compaction_dead_permille: u32,
     index_full_evictions_max: usize,
     compaction_queue: VecDeque<SlabId>,
-    flush_at: Option<u32>,
     scratch: Vec<u8>,
     counters: ShardCounters,
 }
@@ -148,7 +152,6 @@ impl Shard {
             compaction_dead_permille: c.compaction_dead_permille,
             index_full_evictions_max: c.index_full_evictions_max,
             compaction_queue: VecDeque::with_capacity(slab_count),
-            flush_at: None,
             scratch: Vec::new(),
             counters: ShardCounters::default(),
         }
@@ -179,26 +182,8 @@ impl Shard {
         self.index.find(p, |_, loc| self.key_at(loc) == key)
     }
 
-    /// Applies a due delayed flush.
-    fn maybe_flush(&mut self, now: u32, ctx: &Ctx<'_>) {
-        if let Some(at) = self.flush_at {
-            if now >= at {
-                self.flush_at = None;
-                self.clear_all();
-                ctx.emit(ChangeKind::Flush);
-            }
-        }
-    }
-
     /// The live, unexpired item for `key`: (slot, loc, header). Reclaims it if expired.
-    fn lookup(
-        &mut self,
-        hash: u64,
-        key: &[u8],
-        now: u32,
-        ctx: &Ctx<'_>,
-    ) -> Option<(usize, u64, Header)> {
-        self.maybe_flush(now, ctx);
+    fn lookup(&mut self, hash: u64, key: &[u8], now: u32) -> Option<(usize, u64, Header)> {
         let slot = self.find_slot(hash, key)?;
         let loc = self.index.loc_at(slot)?;
         let h = self.header(loc);
@@ -261,7 +246,8 @@ impl Shard {
         self.policy.on_release(s);
     }
 
-    fn clear_all(&mut self) {
+    /// Drops every item (flush_all taking effect).
+    pub fn clear_all(&mut self) {
         self.index.clear();
         for s in 0..self.slabs.len() as SlabId {
             if self.slabs.meta[s as usize].list != ListId::Free {
@@ -587,7 +573,7 @@ impl Shard {
     ) -> Result<WriteOutcome, StoreError> {
         Self::check_key(req.key)?;
         self.check_value(req.value.len())?;
-        let existing = self.lookup(hash, req.key, now, ctx);
+        let existing = self.lookup(hash, req.key, now);
         let present = existing.is_some();
         match req.mode {
             WriteMode::Add if present => return Ok(WriteOutcome::NotStored),
@@ -664,7 +650,7 @@ impl Shard {
                 return None;
             }
         }
-        let Some((slot, loc, h)) = self.lookup(hash, key, now, ctx) else {
+        let Some((slot, loc, h)) = self.lookup(hash, key, now) else {
             self.counters.get_misses += 1;
             return None;
         };
@@ -713,7 +699,7 @@ impl Shard {
         now: u32,
         ctx: &Ctx<'_>,
     ) -> bool {
-        let Some((_, loc, h)) = self.lookup(hash, key, now, ctx) else {
+        let Some((_, loc, h)) = self.lookup(hash, key, now) else {
             return false;
         };
         if let Some(off) = h.expiry_offset {
@@ -753,7 +739,7 @@ impl Shard {
         opts: DeleteOptions,
         ctx: &Ctx<'_>,
     ) -> DeleteOutcome {
-        let Some((slot, loc, h)) = self.lookup(hash, key, now, ctx) else {
+        let Some((slot, loc, h)) = self.lookup(hash, key, now) else {
             return DeleteOutcome::NotFound;
         };
         if opts.compare_cas.is_some_and(|c| c != h.cas) {
@@ -778,7 +764,7 @@ impl Shard {
         ctx: &Ctx<'_>,
     ) -> Result<ArithOutcome, StoreError> {
         Self::check_key(key)?;
-        let Some((_, loc, h)) = self.lookup(hash, key, now, ctx) else {
+        let Some((_, loc, h)) = self.lookup(hash, key, now) else {
             let Some((initial, expiry)) = req.autovivify else {
                 return Ok(ArithOutcome::NotFound);
             };
@@ -818,16 +804,6 @@ impl Shard {
         Ok(ArithOutcome::Value { value: new, cas })
     }
 
-    pub fn flush_all(&mut self, now: u32, delay_secs: u32, ctx: &Ctx<'_>) {
-        if delay_secs == 0 {
-            self.flush_at = None;
-            self.clear_all();
-            ctx.emit(ChangeKind::Flush);
-        } else {
-            self.flush_at = Some(now.saturating_add(delay_secs));
-        }
-    }
-
     /// A view of the item at `loc` (read-side bits as stored, no win claimed).
     fn view_at(&self, loc: u64, h: &Header) -> ItemView<'_> {
         let b = loc as usize;
@@ -852,10 +828,8 @@ impl Shard {
         &mut self,
         range: HashRange,
         now: u32,
-        ctx: &Ctx<'_>,
         f: &mut dyn FnMut(ItemView<'_>),
     ) {
-        self.maybe_flush(now, ctx);
         for slot in 0..self.index.capacity() {
             let Some(loc) = self.index.loc_at(slot) else {
                 continue;
@@ -881,10 +855,8 @@ impl Shard {
         s: SlabId,
         range: HashRange,
         now: u32,
-        ctx: &Ctx<'_>,
         f: &mut dyn FnMut(ItemView<'_>),
     ) {
-        self.maybe_flush(now, ctx);
         if s as usize >= self.slabs.len() {
             return;
         }
@@ -932,7 +904,6 @@ impl Shard {
     ) -> Result<(), StoreError> {
         Self::check_key(&item.key)?;
         self.check_value(item.value.len())?;
-        self.maybe_flush(now, ctx);
         ctx.cas_for(Some(item.cas));
         let state = if item.stale { CTRL_STALE } else { 0 };
         let loc = self.store_item(

@@ -901,3 +901,58 @@ fn touch_relocation_into_a_scanned_slab_reaches_the_feed() {
     );
     assert_eq!(replica.stats().curr_items, s.stats().curr_items);
 }
+
+/// Regression: with several shards a flush used to be applied (and reported) shard by shard, so
+/// a replica replaying the feed could wipe writes the master kept. A flush is now one event,
+/// applied under all shard locks.
+#[test]
+fn flush_is_one_event_across_shards_and_replays_exactly() {
+    let rec = Arc::new(Recorder::default());
+    let cfg = StoreConfig {
+        layout: Layout::Partitioned { shards: 4 },
+        memory_limit_bytes: 1 << 20,
+        ..small_config()
+    };
+    let s = Store::with_change_sink(cfg.clone(), rec.clone()).unwrap();
+    for i in 0..40 {
+        set(&s, format!("before{i}").as_bytes(), b"x");
+    }
+    s.flush_all(NOW, 0);
+    for i in 0..40 {
+        set(&s, format!("between{i}").as_bytes(), b"y");
+    }
+    s.flush_all(NOW, 5);
+    let at = |now: u32, key: &str| {
+        s.write(&req(WriteMode::Set, key.as_bytes(), b"z"), now)
+            .unwrap()
+    };
+    at(NOW + 4, "late0");
+    at(NOW + 5, "after0"); // the first operation at the flush second applies it, then writes
+    at(NOW + 6, "after1");
+    let log = rec.0.lock().unwrap().clone();
+    let flushes = log
+        .iter()
+        .filter(|(_, c)| matches!(c, OwnedChange::Flush))
+        .count();
+    assert_eq!(flushes, 2, "one event per flush, not one per shard");
+    assert!(get(&s, b"between3", NOW + 6).is_none() && get(&s, b"late0", NOW + 6).is_none());
+    assert!(get(&s, b"after0", NOW + 6).is_some());
+    let replica = Store::new(StoreConfig {
+        layout: Layout::Shared,
+        ..cfg
+    })
+    .unwrap();
+    for (_, c) in &log {
+        match c {
+            OwnedChange::Put(i) => replica.insert_item(i, NOW).unwrap(),
+            OwnedChange::Flush => replica.flush_all(NOW, 0),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let mut a = s.extract_range(HashRange::FULL, NOW + 6);
+    let mut b = replica.extract_range(HashRange::FULL, NOW + 6);
+    a.sort_by(|x, y| x.key.cmp(&y.key));
+    b.sort_by(|x, y| x.key.cmp(&y.key));
+    assert_eq!(a.len(), 2);
+    assert_eq!(a, b);
+}
