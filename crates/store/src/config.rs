@@ -74,8 +74,6 @@ pub struct StoreConfig {
     /// A full slab whose dead bytes exceed this fraction (permille) of its size is compacted
     /// in place before any slab is evicted. 1000 disables compaction. Default 250.
     pub compaction_dead_permille: u32,
-    /// Upper bound on slabs evicted to make room for one index entry. Default 16.
-    pub index_full_evictions_max: usize,
 }
 
 /// Bytes reserved for the largest item header so that an `item_size_max_bytes` value with a
@@ -98,7 +96,6 @@ impl Default for StoreConfig {
             index_load_target_permille: 950,
             index_kicks_max: 500,
             compaction_dead_permille: 250,
-            index_full_evictions_max: 16,
         }
     }
 }

@@ -119,7 +119,6 @@ pub(crate) struct Shard {
     policy: Box<dyn EvictionPolicy>,
     item_size_max: usize,
     compaction_dead_permille: u32,
-    index_full_evictions_max: usize,
     compaction_queue: VecDeque<SlabId>,
     scratch: Vec<u8>,
     counters: ShardCounters,
@@ -150,7 +149,6 @@ impl Shard {
             policy,
             item_size_max: c.item_size_max_bytes,
             compaction_dead_permille: c.compaction_dead_permille,
-            index_full_evictions_max: c.index_full_evictions_max,
             compaction_queue: VecDeque::with_capacity(slab_count),
             scratch: Vec::new(),
             counters: ShardCounters::default(),
@@ -506,20 +504,36 @@ impl Shard {
             self.index.set_loc(slot, loc);
             self.kill(old, old_len);
         } else {
-            let mut attempts = 0;
-            while self.index.insert(p, loc).is_err() {
-                let view = LiveView(&self.slabs.meta);
-                let victim = self.policy.victim(&view, Some(s));
-                match victim {
-                    Some(v) if attempts < self.index_full_evictions_max => {
-                        self.evict_slab(v, now);
+            if self.index.insert(p, loc).is_err() {
+                // The key's two buckets are full and no displacement path was found. Evict one
+                // item from those buckets — the one whose slab was used least recently — which
+                // frees a slot exactly where it is needed (the index acts as a set-associative
+                // cache here) instead of clearing whole slabs that may not help this bucket.
+                let victim = self
+                    .index
+                    .bucket_slots(p)
+                    .filter_map(|slot| Some((slot, self.index.loc_at(slot)?)))
+                    .filter(|&(_, l)| l != loc)
+                    .min_by_key(|&(_, l)| {
+                        self.slabs.meta[slab_of(l, self.slab_size) as usize].last_access
+                    });
+                let inserted = match victim {
+                    Some((slot, l)) => {
+                        let h = self.header(l);
+                        let why = if Expiry::at(h.expiry).is_expired(now) {
+                            Unlink::Expired
+                        } else {
+                            Unlink::Evicted
+                        };
+                        self.unlink(slot, l, &h, why);
                         self.counters.index_full_evictions += 1;
-                        attempts += 1;
+                        self.index.insert(p, loc).is_ok()
                     }
-                    _ => {
-                        self.kill(loc, len);
-                        return Err(StoreError::OutOfMemory);
-                    }
+                    None => false,
+                };
+                if !inserted {
+                    self.kill(loc, len);
+                    return Err(StoreError::OutOfMemory);
                 }
             }
         }

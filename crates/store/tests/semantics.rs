@@ -956,3 +956,28 @@ fn flush_is_one_event_across_shards_and_replays_exactly() {
     assert_eq!(a.len(), 2);
     assert_eq!(a, b);
 }
+
+/// Regression: the index used to make room by clearing a whole slab other than the new item's;
+/// when every indexed item lived in that same slab, writes failed with OutOfMemory.
+#[test]
+fn a_full_index_evicts_from_the_keys_buckets() {
+    // Index sized for 2000-byte items, fed 10-byte ones: the index fills long before the arena.
+    let cfg = StoreConfig {
+        index_item_bytes_expected: 2000,
+        ..small_config()
+    };
+    let s = Store::new(cfg).unwrap();
+    let slots = s.stats().index_slots;
+    for i in 0..(slots * 4) as u32 {
+        set(&s, format!("tiny{i}").as_bytes(), b"0123456789");
+    }
+    let st = s.stats();
+    assert!(
+        st.index_full_evictions > 0 && st.evicted_items > 0,
+        "{st:?}"
+    );
+    assert!(st.curr_items <= slots);
+    let last = format!("tiny{}", slots * 4 - 1);
+    assert_eq!(get(&s, last.as_bytes(), NOW).unwrap().0, b"0123456789");
+    s.check_invariants();
+}
