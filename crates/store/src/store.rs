@@ -166,7 +166,7 @@ impl Store {
         self.shard(h).lock().arith(h, key, now, req, &self.ctx())
     }
 
-    /// flush_all [delay]: with 0 every item goes now; otherwise every item stored before
+    /// `flush_all [delay]`: with 0 every item goes now; otherwise every item stored before
     /// `now + delay_secs` becomes invalid at that time. A new flush replaces a pending one.
     pub fn flush_all(&self, now: u32, delay_secs: u32) {
         if delay_secs == 0 {
