@@ -81,6 +81,13 @@ pub struct StoreConfig {
 /// key.
 pub const ITEM_HEADER_RESERVE_BYTES: usize = 2 + 5 + 4 + 4 + 10 + KEY_LEN_MAX;
 
+/// Smallest slab accepted.
+pub const SLAB_SIZE_MIN_BYTES: usize = 1 << 10;
+/// Largest slab accepted: offsets and lengths inside a slab are 32-bit.
+pub const SLAB_SIZE_MAX_BYTES: usize = 1 << 30;
+/// Upper bound of `index_kicks_max` (its undo path is preallocated).
+pub const INDEX_KICKS_MAX_LIMIT: usize = 100_000;
+
 /// Longest key (SPEC D1).
 pub const KEY_LEN_MAX: usize = 250;
 
@@ -103,8 +110,8 @@ impl Default for StoreConfig {
 /// Why a configuration was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
-    /// Slab size must be in 1 KiB..=1 TiB so item offsets fit the index entry.
-    #[error("slab_size_bytes {0} out of range (1024..=2^40)")]
+    /// Slab size must be in 1 KiB..=1 GiB (offsets inside a slab are 32-bit).
+    #[error("slab_size_bytes {0} out of range (1024..=2^30)")]
     SlabSize(usize),
     /// Each shard needs at least two slabs' worth of memory.
     #[error(
@@ -157,7 +164,7 @@ impl StoreConfig {
     /// Checks every relation between the limits.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let slab = self.slab_size_bytes;
-        if !(1024..=1 << 40).contains(&slab) {
+        if !(SLAB_SIZE_MIN_BYTES..=SLAB_SIZE_MAX_BYTES).contains(&slab) {
             return Err(ConfigError::SlabSize(slab));
         }
         if self.item_size_max_bytes + ITEM_HEADER_RESERVE_BYTES > slab {
@@ -181,8 +188,10 @@ impl StoreConfig {
                 "index_load_target_permille must be 100..=1000",
             ));
         }
-        if self.index_kicks_max == 0 {
-            return Err(ConfigError::IndexSizing("index_kicks_max must be > 0"));
+        if !(1..=INDEX_KICKS_MAX_LIMIT).contains(&self.index_kicks_max) {
+            return Err(ConfigError::IndexSizing(
+                "index_kicks_max must be in 1..=100000",
+            ));
         }
         if self.compaction_dead_permille > 1000 {
             return Err(ConfigError::Compaction(self.compaction_dead_permille));
