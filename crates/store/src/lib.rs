@@ -23,7 +23,8 @@ mod stats;
 mod store;
 
 pub use config::{
-    ConfigError, EvictionPolicyKind, ITEM_HEADER_RESERVE_BYTES, KEY_LEN_MAX, Layout, StoreConfig,
+    ConfigError, EvictionPolicyKind, INDEX_KICKS_MAX_LIMIT, ITEM_HEADER_RESERVE_BYTES, KEY_LEN_MAX,
+    Layout, SLAB_SIZE_MAX_BYTES, SLAB_SIZE_MIN_BYTES, StoreConfig,
 };
 pub use eviction::{EvictionPolicy, LeastLiveOfLru, SecondChanceFifo, SlabLru, SlabView};
 pub use expiry::{Expiry, RELATIVE_EXPTIME_MAX_SECS};
