@@ -47,7 +47,7 @@ fn main() {
     for eviction in [
         EvictionPolicyKind::SlabLru,
         EvictionPolicyKind::LeastLiveOfLru { candidates: 8 },
-        EvictionPolicyKind::SecondChanceLru,
+        EvictionPolicyKind::SecondChanceFifo,
     ] {
         for permille in [1000u32, 500, 250, 100] {
             let config = StoreConfig {

@@ -63,6 +63,26 @@ fn main() {
     println!(
         "overhead per item        {per_item_total:.2} B  (item header {header:.2}, index {index:.2}, slab waste + unused {rest:.2})"
     );
+    // Cost of walking the whole store for a range hand-off, both ways.
+    let start = std::time::Instant::now();
+    let mut seen = 0u64;
+    store.for_each_in_range(HashRange::FULL, now, |_| seen += 1);
+    let index_walk = start.elapsed();
+    let start = std::time::Instant::now();
+    let (mut scanned, mut steps, mut longest) = (0u64, 0u64, std::time::Duration::ZERO);
+    let mut cursor = Some(ScanCursor::START);
+    while let Some(c) = cursor {
+        let step = std::time::Instant::now();
+        cursor = store.scan_range(HashRange::FULL, now, c, |_| scanned += 1);
+        longest = longest.max(step.elapsed());
+        steps += 1;
+    }
+    println!(
+        "full-range walk          for_each_in_range {seen} items in {:.1} ms (one lock hold); scan_range {scanned} items in {:.1} ms, {steps} steps, longest step {:.2} ms",
+        index_walk.as_secs_f64() * 1e3,
+        start.elapsed().as_secs_f64() * 1e3,
+        longest.as_secs_f64() * 1e3
+    );
     if mib == 64 {
         println!(
             "vs memcached -m 64       {:.3}x items ({} vs {MEMCACHED_ITEMS}; target 1.5x = 524256)",

@@ -1,7 +1,8 @@
 //! Throughput of the store alone: shared vs partitioned layout, 1 and N threads, uniform and
 //! Zipf key popularity, slab LRU vs least-live-of-LRU eviction (hit ratio under pressure).
 //!
-//! `cargo run --release -p cellcache-store --example throughput [-- OPS_PER_THREAD]`
+//! `cargo run --release -p cellcache-store --example throughput [-- OPS_PER_THREAD [policies]]`
+//! (`policies` runs only the eviction-policy table).
 //!
 //! Workload: `KEYS` keys of 14 bytes, 100-byte values, 90 % gets / 10 % sets, keys drawn
 //! uniformly or from Zipf(s = 0.99) over ranks (rank r → key r), each thread its own seeded RNG;
@@ -52,7 +53,12 @@ impl Zipf {
 enum Dist {
     Uniform,
     Zipf,
+    /// Zipf gets as above, but `SCAN_PERCENT` of operations are sets of fresh keys that are never
+    /// read (a bulk loader or one-hit wonders), which a cache should not let displace hot items.
+    ZipfScan,
 }
+
+const SCAN_PERCENT: u32 = 30;
 
 fn key(i: usize) -> [u8; 14] {
     let mut k = *b"key:0000000000";
@@ -82,10 +88,13 @@ fn run(config: &StoreConfig, threads: usize, dist: Dist, ops: usize, zipf: &Arc<
         .map(|t| {
             let mut rng = StdRng::seed_from_u64(t as u64 + 1);
             (0..ops)
-                .map(|_| {
+                .map(|j| {
+                    if matches!(dist, Dist::ZipfScan) && rng.gen_range(0..100) < SCAN_PERCENT {
+                        return ((KEYS + t * ops + j) as u32, true);
+                    }
                     let i = match dist {
                         Dist::Uniform => rng.gen_range(0..KEYS),
-                        Dist::Zipf => zipf.sample(&mut rng),
+                        Dist::Zipf | Dist::ZipfScan => zipf.sample(&mut rng),
                     };
                     (i as u32, rng.gen_range(0..100) < SET_PERCENT)
                 })
@@ -163,8 +172,9 @@ fn main() {
         4 * cores
     );
     println!("|---|---:|---:|---:|---:|---:|---:|");
-    let mut thread_counts = vec![1];
-    if cores > 1 {
+    let only_policies = std::env::args().nth(2).is_some_and(|a| a == "policies");
+    let mut thread_counts = if only_policies { vec![] } else { vec![1] };
+    if cores > 1 && !only_policies {
         thread_counts.push(cores);
     }
     for dist in [Dist::Uniform, Dist::Zipf] {
@@ -191,10 +201,10 @@ fn main() {
     println!("| dist | eviction | hit % | Mops/s (1 thread) |");
     println!("|---|---|---:|---:|");
     let second_chance = StoreConfig {
-        eviction: EvictionPolicyKind::SecondChanceLru,
+        eviction: EvictionPolicyKind::SecondChanceFifo,
         ..StoreConfig::default()
     };
-    for dist in [Dist::Uniform, Dist::Zipf] {
+    for dist in [Dist::Uniform, Dist::Zipf, Dist::ZipfScan] {
         for cfg in [&shared, &least_live, &second_chance] {
             let name = cfg.eviction.to_string();
             let r = run(cfg, 1, dist, ops, &zipf);

@@ -30,9 +30,9 @@ pub enum EvictionPolicyKind {
         /// How many LRU-tail slabs are compared (≥ 1).
         candidates: usize,
     },
-    /// Slab LRU whose victim slab keeps (compacts) the items read since they were written and
-    /// drops only the unread ones.
-    SecondChanceLru,
+    /// Slabs cleared in FIFO order, but a victim slab keeps (compacts) the items read since
+    /// they were written and drops only the unread ones.
+    SecondChanceFifo,
 }
 
 impl std::fmt::Display for EvictionPolicyKind {
@@ -42,7 +42,7 @@ impl std::fmt::Display for EvictionPolicyKind {
             EvictionPolicyKind::LeastLiveOfLru { candidates } => {
                 write!(f, "least_live_of_lru({candidates})")
             }
-            EvictionPolicyKind::SecondChanceLru => write!(f, "second_chance_lru"),
+            EvictionPolicyKind::SecondChanceFifo => write!(f, "second_chance_fifo"),
         }
     }
 }
@@ -74,14 +74,19 @@ pub struct StoreConfig {
     /// A full slab whose dead bytes exceed this fraction (permille) of its size is compacted
     /// in place before any slab is evicted. 1000 disables compaction. Default 250.
     pub compaction_dead_permille: u32,
-    /// Upper bound on slabs evicted to make room for one index entry. Default 16.
-    pub index_full_evictions_max: usize,
 }
 
 /// Bytes reserved for the largest item header so that an `item_size_max_bytes` value with a
 /// 250-byte key still fits a slab: ctrl, key_len, value_len varint, flags, expiry, cas varint,
 /// key.
 pub const ITEM_HEADER_RESERVE_BYTES: usize = 2 + 5 + 4 + 4 + 10 + KEY_LEN_MAX;
+
+/// Smallest slab accepted.
+pub const SLAB_SIZE_MIN_BYTES: usize = 1 << 10;
+/// Largest slab accepted: offsets and lengths inside a slab are 32-bit.
+pub const SLAB_SIZE_MAX_BYTES: usize = 1 << 30;
+/// Upper bound of `index_kicks_max` (its undo path is preallocated).
+pub const INDEX_KICKS_MAX_LIMIT: usize = 100_000;
 
 /// Longest key (SPEC D1).
 pub const KEY_LEN_MAX: usize = 250;
@@ -98,7 +103,6 @@ impl Default for StoreConfig {
             index_load_target_permille: 950,
             index_kicks_max: 500,
             compaction_dead_permille: 250,
-            index_full_evictions_max: 16,
         }
     }
 }
@@ -106,8 +110,8 @@ impl Default for StoreConfig {
 /// Why a configuration was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
-    /// Slab size must be in 1 KiB..=1 TiB so item offsets fit the index entry.
-    #[error("slab_size_bytes {0} out of range (1024..=2^40)")]
+    /// Slab size must be in 1 KiB..=1 GiB (offsets inside a slab are 32-bit).
+    #[error("slab_size_bytes {0} out of range (1024..=2^30)")]
     SlabSize(usize),
     /// Each shard needs at least two slabs' worth of memory.
     #[error(
@@ -168,7 +172,7 @@ impl StoreConfig {
     /// Checks every relation between the limits.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let slab = self.slab_size_bytes;
-        if !(1024..=1 << 40).contains(&slab) {
+        if !(SLAB_SIZE_MIN_BYTES..=SLAB_SIZE_MAX_BYTES).contains(&slab) {
             return Err(ConfigError::SlabSize(slab));
         }
         if self.item_size_max_bytes + ITEM_HEADER_RESERVE_BYTES > slab {
@@ -192,8 +196,10 @@ impl StoreConfig {
                 "index_load_target_permille must be 100..=1000",
             ));
         }
-        if self.index_kicks_max == 0 {
-            return Err(ConfigError::IndexSizing("index_kicks_max must be > 0"));
+        if !(1..=INDEX_KICKS_MAX_LIMIT).contains(&self.index_kicks_max) {
+            return Err(ConfigError::IndexSizing(
+                "index_kicks_max must be in 1..=100000",
+            ));
         }
         if self.compaction_dead_permille > 1000 {
             return Err(ConfigError::Compaction(self.compaction_dead_permille));

@@ -25,7 +25,8 @@ pub trait EvictionPolicy: Send {
     /// The slab to clear next, never `exclude`; `None` when no slab is in use.
     fn victim(&mut self, view: &dyn SlabView, exclude: Option<SlabId>) -> Option<SlabId>;
     /// Whether clearing a victim keeps the items read since they were written (their fetched
-    /// bit is cleared and they are compacted to the slab's start, which becomes most recent);
+    /// bit is cleared, they are compacted to the slab's start and the slab is re-opened through
+    /// `on_open`);
     /// only unread items leave. A kept item leaves the next time round unless read again.
     fn retain_fetched(&self) -> bool {
         false
@@ -170,35 +171,33 @@ impl EvictionPolicy for LeastLiveOfLru {
     }
 }
 
-/// Slab LRU with a second chance for items: a victim slab keeps the items that were read since
-/// they were written (compacted in place, fetched bit cleared, slab moved to most recent) and
-/// drops the rest. It fixes slab LRU's weakness that a slab is kept or dropped as a whole: hot
-/// items survive their cold neighbours. O(1) per access; clearing costs one pass over the slab.
-pub struct SecondChanceLru {
+/// FIFO of slabs with a second chance for items (in the spirit of Segcache's merge eviction):
+/// slabs are cleared in the order they were opened, regardless of reads, but a victim slab keeps
+/// the items read since they were written — compacted to its start, fetched bit cleared — and
+/// re-enters the queue as newest; only unread items leave. Slab LRU keeps or drops a slab as a
+/// whole, so one hot item pins its cold neighbours; here hot items are gathered together and
+/// cold ones leave. Reads cost nothing in the policy (no list update).
+pub struct SecondChanceFifo {
     list: LruList,
 }
 
-impl SecondChanceLru {
+impl SecondChanceFifo {
     /// For a shard of `slabs` slabs.
-    pub fn new(slabs: usize) -> SecondChanceLru {
-        SecondChanceLru {
+    pub fn new(slabs: usize) -> SecondChanceFifo {
+        SecondChanceFifo {
             list: LruList::new(slabs),
         }
     }
 }
 
-impl EvictionPolicy for SecondChanceLru {
+impl EvictionPolicy for SecondChanceFifo {
     fn name(&self) -> &'static str {
-        "second_chance_lru"
+        "second_chance_fifo"
     }
     fn on_open(&mut self, slab: SlabId) {
         self.list.push_front(slab);
     }
-    fn on_access(&mut self, slab: SlabId) {
-        if self.list.head != slab {
-            self.list.push_front(slab);
-        }
-    }
+    fn on_access(&mut self, _slab: SlabId) {}
     fn on_release(&mut self, slab: SlabId) {
         self.list.unlink(slab);
     }
@@ -249,5 +248,21 @@ mod tests {
         // Tail order: 0, 1, 2, 3 — candidates are 0 and 1.
         assert_eq!(p.victim(&v, None), Some(1));
         assert_eq!(p.victim(&v, Some(1)), Some(2));
+    }
+
+    #[test]
+    fn second_chance_fifo_ignores_reads_and_retains() {
+        let mut p = SecondChanceFifo::new(3);
+        let v = Live(vec![0; 3]);
+        for s in 0..3 {
+            p.on_open(s);
+        }
+        p.on_access(0);
+        assert_eq!(p.victim(&v, None), Some(0), "reads do not reorder a FIFO");
+        assert!(p.retain_fetched());
+        // A retained slab re-enters as newest.
+        p.on_release(0);
+        p.on_open(0);
+        assert_eq!(p.victim(&v, None), Some(1));
     }
 }

@@ -40,7 +40,8 @@ pub enum ChangeKind<'a> {
         /// new expiry
         expiry: Expiry,
     },
-    /// Every item of the shard was invalidated (flush_all taking effect).
+    /// Every item of the store was invalidated (flush_all taking effect). Emitted once, with
+    /// every shard lock held, so it is ordered against all other changes.
     Flush,
 }
 

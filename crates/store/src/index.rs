@@ -6,8 +6,9 @@
 //! (`alt(b) = (f(tag) - b) mod n`, an involution for any bucket count), so entries can be moved
 //! between their two buckets without reading the key — partial-key cuckoo hashing. That keeps
 //! lookups at two cache lines, allows any bucket count (memory is sized exactly, not to a power of
-//! two) and reaches load factors near 98 % before an insert fails. A failed insert is undone and
-//! reported as [`IndexFull`]; the shard then evicts a slab and retries.
+//! two) and reaches load factors above 95 % before an insert fails. A failed insert is undone and
+//! reported as [`IndexFull`]; the shard then evicts one item from the key's two buckets and
+//! retries, which cannot fail.
 //!
 //! The full 64-bit hash is not stored: range enumeration recomputes it from the key in the arena.
 //! Tags match falsely with probability 2^-24 per slot compared; callers confirm with the key.
@@ -110,6 +111,16 @@ impl Index {
             }
         }
         None
+    }
+
+    /// The slots of the probe's two buckets (one bucket when both coincide).
+    pub fn bucket_slots(&self, p: Probe) -> impl Iterator<Item = usize> {
+        let second = if p.b2 == p.b1 {
+            0..0
+        } else {
+            p.b2 * SLOTS_PER_BUCKET..(p.b2 + 1) * SLOTS_PER_BUCKET
+        };
+        (p.b1 * SLOTS_PER_BUCKET..(p.b1 + 1) * SLOTS_PER_BUCKET).chain(second)
     }
 
     /// Finds the slot holding exactly `loc` for this probe.

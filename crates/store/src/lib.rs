@@ -23,9 +23,10 @@ mod stats;
 mod store;
 
 pub use config::{
-    ConfigError, EvictionPolicyKind, ITEM_HEADER_RESERVE_BYTES, KEY_LEN_MAX, Layout, StoreConfig,
+    ConfigError, EvictionPolicyKind, INDEX_KICKS_MAX_LIMIT, ITEM_HEADER_RESERVE_BYTES, KEY_LEN_MAX,
+    Layout, SLAB_SIZE_MAX_BYTES, SLAB_SIZE_MIN_BYTES, StoreConfig,
 };
-pub use eviction::{EvictionPolicy, LeastLiveOfLru, SecondChanceLru, SlabLru, SlabView};
+pub use eviction::{EvictionPolicy, LeastLiveOfLru, SecondChanceFifo, SlabLru, SlabView};
 pub use expiry::{Expiry, RELATIVE_EXPTIME_MAX_SECS};
 pub use feed::{Change, ChangeKind, ChangeSink};
 pub use ops::{
@@ -35,7 +36,7 @@ pub use ops::{
 pub use range::HashRange;
 pub use slab::SlabId;
 pub use stats::Stats;
-pub use store::Store;
+pub use store::{ScanCursor, Store};
 
 /// The key hash of the whole cluster: xxh3-64 of the key bytes. Ring placement and range
 /// hand-off use exactly this function.

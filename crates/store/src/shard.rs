@@ -19,7 +19,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::config::{EvictionPolicyKind, KEY_LEN_MAX, StoreConfig};
-use crate::eviction::{EvictionPolicy, LeastLiveOfLru, SecondChanceLru, SlabLru, SlabView};
+use crate::eviction::{EvictionPolicy, LeastLiveOfLru, SecondChanceFifo, SlabLru, SlabView};
 use crate::expiry::Expiry;
 use crate::feed::{Change, ChangeKind, ChangeSink};
 use crate::index::{Index, SLOT_BYTES, SLOTS_PER_BUCKET};
@@ -83,6 +83,11 @@ impl Ctx<'_> {
             None => self.next_cas(),
         }
     }
+    /// Reports a flush; called by the store with every shard lock held.
+    pub fn emit_flush(&self) {
+        self.emit(ChangeKind::Flush);
+    }
+
     fn emit(&self, kind: ChangeKind<'_>) {
         if let Some(sink) = self.sink {
             let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
@@ -114,9 +119,7 @@ pub(crate) struct Shard {
     policy: Box<dyn EvictionPolicy>,
     item_size_max: usize,
     compaction_dead_permille: u32,
-    index_full_evictions_max: usize,
     compaction_queue: VecDeque<SlabId>,
-    flush_at: Option<u32>,
     scratch: Vec<u8>,
     counters: ShardCounters,
     /// Most slabs that may hold items (partial + full); below the slab count after a
@@ -139,7 +142,7 @@ impl Shard {
             EvictionPolicyKind::LeastLiveOfLru { candidates } => {
                 Box::new(LeastLiveOfLru::new(slabs.len(), candidates))
             }
-            EvictionPolicyKind::SecondChanceLru => Box::new(SecondChanceLru::new(slabs.len())),
+            EvictionPolicyKind::SecondChanceFifo => Box::new(SecondChanceFifo::new(slabs.len())),
         };
         Shard {
             arena: vec![0u8; sizing.arena_bytes],
@@ -149,9 +152,7 @@ impl Shard {
             policy,
             item_size_max: c.item_size_max_bytes,
             compaction_dead_permille: c.compaction_dead_permille,
-            index_full_evictions_max: c.index_full_evictions_max,
             compaction_queue: VecDeque::with_capacity(slab_count),
-            flush_at: None,
             scratch: Vec::new(),
             counters: ShardCounters::default(),
             slab_quota: usize::MAX,
@@ -210,26 +211,8 @@ impl Shard {
         self.index.find(p, |_, loc| self.key_at(loc) == key)
     }
 
-    /// Applies a due delayed flush.
-    fn maybe_flush(&mut self, now: u32, ctx: &Ctx<'_>) {
-        if let Some(at) = self.flush_at {
-            if now >= at {
-                self.flush_at = None;
-                self.clear_all();
-                ctx.emit(ChangeKind::Flush);
-            }
-        }
-    }
-
     /// The live, unexpired item for `key`: (slot, loc, header). Reclaims it if expired.
-    fn lookup(
-        &mut self,
-        hash: u64,
-        key: &[u8],
-        now: u32,
-        ctx: &Ctx<'_>,
-    ) -> Option<(usize, u64, Header)> {
-        self.maybe_flush(now, ctx);
+    fn lookup(&mut self, hash: u64, key: &[u8], now: u32) -> Option<(usize, u64, Header)> {
         let slot = self.find_slot(hash, key)?;
         let loc = self.index.loc_at(slot)?;
         let h = self.header(loc);
@@ -292,7 +275,8 @@ impl Shard {
         self.policy.on_release(s);
     }
 
-    fn clear_all(&mut self) {
+    /// Drops every item (flush_all taking effect).
+    pub fn clear_all(&mut self) {
         self.index.clear();
         for s in 0..self.slabs.len() as SlabId {
             if self.slabs.meta[s as usize].list != ListId::Free {
@@ -392,7 +376,9 @@ impl Shard {
         debug_assert_eq!(u64::from(m.live_bytes), dst);
         m.write_offset = dst as u32;
         self.slabs.move_to(s, ListId::Partial);
-        self.policy.on_access(s);
+        // The slab re-enters the eviction order as newest, as if just opened.
+        self.policy.on_release(s);
+        self.policy.on_open(s);
     }
 
     /// Compacts one queued slab in place; false if none qualifies any more.
@@ -553,20 +539,36 @@ impl Shard {
             self.index.set_loc(slot, loc);
             self.kill(old, old_len);
         } else {
-            let mut attempts = 0;
-            while self.index.insert(p, loc).is_err() {
-                let view = LiveView(&self.slabs.meta);
-                let victim = self.policy.victim(&view, Some(s));
-                match victim {
-                    Some(v) if attempts < self.index_full_evictions_max => {
-                        self.evict_slab(v, now);
+            if self.index.insert(p, loc).is_err() {
+                // The key's two buckets are full and no displacement path was found. Evict one
+                // item from those buckets — the one whose slab was used least recently — which
+                // frees a slot exactly where it is needed (the index acts as a set-associative
+                // cache here) instead of clearing whole slabs that may not help this bucket.
+                let victim = self
+                    .index
+                    .bucket_slots(p)
+                    .filter_map(|slot| Some((slot, self.index.loc_at(slot)?)))
+                    .filter(|&(_, l)| l != loc)
+                    .min_by_key(|&(_, l)| {
+                        self.slabs.meta[slab_of(l, self.slab_size) as usize].last_access
+                    });
+                let inserted = match victim {
+                    Some((slot, l)) => {
+                        let h = self.header(l);
+                        let why = if Expiry::at(h.expiry).is_expired(now) {
+                            Unlink::Expired
+                        } else {
+                            Unlink::Evicted
+                        };
+                        self.unlink(slot, l, &h, why);
                         self.counters.index_full_evictions += 1;
-                        attempts += 1;
+                        self.index.insert(p, loc).is_ok()
                     }
-                    _ => {
-                        self.kill(loc, len);
-                        return Err(StoreError::OutOfMemory);
-                    }
+                    None => false,
+                };
+                if !inserted {
+                    self.kill(loc, len);
+                    return Err(StoreError::OutOfMemory);
                 }
             }
         }
@@ -620,7 +622,7 @@ impl Shard {
     ) -> Result<WriteOutcome, StoreError> {
         Self::check_key(req.key)?;
         self.check_value(req.value.len())?;
-        let existing = self.lookup(hash, req.key, now, ctx);
+        let existing = self.lookup(hash, req.key, now);
         let present = existing.is_some();
         match req.mode {
             WriteMode::Add if present => return Ok(WriteOutcome::NotStored),
@@ -697,7 +699,7 @@ impl Shard {
                 return None;
             }
         }
-        let Some((slot, loc, h)) = self.lookup(hash, key, now, ctx) else {
+        let Some((slot, loc, h)) = self.lookup(hash, key, now) else {
             self.counters.get_misses += 1;
             return None;
         };
@@ -717,7 +719,11 @@ impl Shard {
             self.slabs.meta[s as usize].last_access = now;
             self.policy.on_access(s);
         }
-        self.arena[loc as usize] = new_ctrl;
+        // Hot items are read from several threads: write the byte only when it changes, so
+        // repeated hits do not dirty the item's cache line.
+        if new_ctrl != ctrl {
+            self.arena[loc as usize] = new_ctrl;
+        }
         let b = loc as usize;
         Some(f(ItemView {
             key: &self.arena[b + h.key_offset..b + h.key_offset + h.key_len],
@@ -742,7 +748,7 @@ impl Shard {
         now: u32,
         ctx: &Ctx<'_>,
     ) -> bool {
-        let Some((_, loc, h)) = self.lookup(hash, key, now, ctx) else {
+        let Some((_, loc, h)) = self.lookup(hash, key, now) else {
             return false;
         };
         if let Some(off) = h.expiry_offset {
@@ -760,8 +766,14 @@ impl Shard {
             let state = h.ctrl & (CTRL_FETCHED | CTRL_STALE | CTRL_WIN);
             let r = self.store_item(hash, k, v, h.flags, expiry, h.cas, state, now);
             self.scratch = buf;
-            if r.is_err() {
-                return false;
+            match r {
+                // The item moved to another slab: report its full state, so that a range scan
+                // that already passed the new slab still gets the item through the feed.
+                Ok(new_loc) => {
+                    self.emit_put(new_loc, ctx);
+                    return true;
+                }
+                Err(_) => return false,
             }
         }
         ctx.emit(ChangeKind::Touch { key, expiry });
@@ -776,7 +788,7 @@ impl Shard {
         opts: DeleteOptions,
         ctx: &Ctx<'_>,
     ) -> DeleteOutcome {
-        let Some((slot, loc, h)) = self.lookup(hash, key, now, ctx) else {
+        let Some((slot, loc, h)) = self.lookup(hash, key, now) else {
             return DeleteOutcome::NotFound;
         };
         if opts.compare_cas.is_some_and(|c| c != h.cas) {
@@ -801,7 +813,7 @@ impl Shard {
         ctx: &Ctx<'_>,
     ) -> Result<ArithOutcome, StoreError> {
         Self::check_key(key)?;
-        let Some((_, loc, h)) = self.lookup(hash, key, now, ctx) else {
+        let Some((_, loc, h)) = self.lookup(hash, key, now) else {
             let Some((initial, expiry)) = req.autovivify else {
                 return Ok(ArithOutcome::NotFound);
             };
@@ -846,13 +858,22 @@ impl Shard {
         Ok(ArithOutcome::Value { value: new, cas })
     }
 
-    pub fn flush_all(&mut self, now: u32, delay_secs: u32, ctx: &Ctx<'_>) {
-        if delay_secs == 0 {
-            self.flush_at = None;
-            self.clear_all();
-            ctx.emit(ChangeKind::Flush);
-        } else {
-            self.flush_at = Some(now.saturating_add(delay_secs));
+    /// A view of the item at `loc` (read-side bits as stored, no win claimed).
+    fn view_at(&self, loc: u64, h: &Header) -> ItemView<'_> {
+        let b = loc as usize;
+        ItemView {
+            key: &self.arena[b + h.key_offset..b + h.key_offset + h.key_len],
+            value: &self.arena[b + h.value_offset()..b + h.total_len],
+            flags: h.flags,
+            cas: h.cas,
+            expiry: Expiry::at(h.expiry),
+            fetched_before: h.ctrl & CTRL_FETCHED != 0,
+            stale: h.ctrl & CTRL_STALE != 0,
+            won: false,
+            win_token_taken: h.ctrl & CTRL_WIN != 0,
+            slab_last_access_secs: self.slabs.meta[slab_of(loc, self.slab_size) as usize]
+                .last_access,
+            item_bytes: h.total_len,
         }
     }
 
@@ -861,10 +882,8 @@ impl Shard {
         &mut self,
         range: HashRange,
         now: u32,
-        ctx: &Ctx<'_>,
         f: &mut dyn FnMut(ItemView<'_>),
     ) {
-        self.maybe_flush(now, ctx);
         for slot in 0..self.index.capacity() {
             let Some(loc) = self.index.loc_at(slot) else {
                 continue;
@@ -875,20 +894,38 @@ impl Shard {
             if !range.contains(crate::key_hash(key)) || Expiry::at(h.expiry).is_expired(now) {
                 continue;
             }
-            f(ItemView {
-                key,
-                value: &self.arena[b + h.value_offset()..b + h.total_len],
-                flags: h.flags,
-                cas: h.cas,
-                expiry: Expiry::at(h.expiry),
-                fetched_before: h.ctrl & CTRL_FETCHED != 0,
-                stale: h.ctrl & CTRL_STALE != 0,
-                won: false,
-                win_token_taken: h.ctrl & CTRL_WIN != 0,
-                slab_last_access_secs: self.slabs.meta[slab_of(loc, self.slab_size) as usize]
-                    .last_access,
-                item_bytes: h.total_len,
-            });
+            f(self.view_at(loc, &h));
+        }
+    }
+
+    /// Number of slabs (scan positions).
+    pub fn slab_count(&self) -> usize {
+        self.slabs.len()
+    }
+
+    /// Calls `f` for every live, unexpired item of slab `s` whose key hash is in `range`.
+    pub fn scan_slab(
+        &mut self,
+        s: SlabId,
+        range: HashRange,
+        now: u32,
+        f: &mut dyn FnMut(ItemView<'_>),
+    ) {
+        if s as usize >= self.slabs.len() {
+            return;
+        }
+        let mut off = 0u64;
+        while let Some((loc, h)) = self.item_in_slab(s, off) {
+            off += h.total_len as u64;
+            let b = loc as usize;
+            let hash = crate::key_hash(&self.arena[b + h.key_offset..b + h.key_offset + h.key_len]);
+            if !range.contains(hash)
+                || Expiry::at(h.expiry).is_expired(now)
+                || self.index.find_loc(self.index.probe(hash), loc).is_none()
+            {
+                continue;
+            }
+            f(self.view_at(loc, &h));
         }
     }
 
@@ -921,7 +958,6 @@ impl Shard {
     ) -> Result<(), StoreError> {
         Self::check_key(&item.key)?;
         self.check_value(item.value.len())?;
-        self.maybe_flush(now, ctx);
         ctx.cas_for(Some(item.cas));
         let state = if item.stale { CTRL_STALE } else { 0 };
         let loc = self.store_item(

@@ -47,7 +47,7 @@ pub struct Stats {
     pub get_hits: u64,
     /// Get misses.
     pub get_misses: u64,
-    /// Times an index insert found no room and a slab was evicted for it.
+    /// Items evicted from a full index bucket pair to make room for a new key.
     pub index_full_evictions: u64,
     /// Number of shards.
     pub shards: u64,

@@ -14,11 +14,13 @@
 //! into its socket buffer anyway. The price is that the callback must be short and must not call
 //! back into the store.
 //!
-//! Lock order: a thread holds at most one shard lock at a time; the CAS and sequence counters are
-//! atomics; the change sink is called under the shard lock.
+//! Lock order: every operation holds one shard lock at a time, except a flush taking effect,
+//! which takes all shard locks in ascending shard order (so two flushes cannot deadlock and
+//! nothing else takes two). The CAS, sequence and pending-flush values are atomics; the change
+//! sink is called under the shard lock(s).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
@@ -32,11 +34,25 @@ use crate::stats::Stats;
 
 const MIX_SHARD: u64 = 0xFF51_AFD7_ED55_8CCD;
 
+/// Position of a [`Store::scan_range`] walk: shard and slab to visit next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ScanCursor {
+    shard: usize,
+    slab: u32,
+}
+
+impl ScanCursor {
+    /// Where every walk starts.
+    pub const START: ScanCursor = ScanCursor { shard: 0, slab: 0 };
+}
+
 /// An in-memory store of one cell. `Send + Sync`; share it with `Arc`.
 pub struct Store {
     shards: Box<[Mutex<Shard>]>,
     cas: AtomicU64,
     seq: AtomicU64,
+    /// Unix second at which a delayed flush_all takes effect; 0 = none pending.
+    flush_at: AtomicU32,
     sink: Option<Arc<dyn ChangeSink>>,
     config: StoreConfig,
 }
@@ -74,6 +90,7 @@ impl Store {
             shards,
             cas: AtomicU64::new(0),
             seq: AtomicU64::new(0),
+            flush_at: AtomicU32::new(0),
             sink,
             config,
         })
@@ -111,24 +128,28 @@ impl Store {
         opts: ReadOptions,
         f: impl FnOnce(ItemView<'_>) -> R,
     ) -> Option<R> {
+        self.maybe_flush(now);
         let h = crate::key_hash(key);
         self.shard(h).lock().read(h, key, now, opts, &self.ctx(), f)
     }
 
     /// set/add/replace/append/prepend/cas.
     pub fn write(&self, req: &WriteRequest<'_>, now: u32) -> Result<WriteOutcome, StoreError> {
+        self.maybe_flush(now);
         let h = crate::key_hash(req.key);
         self.shard(h).lock().write(h, req, now, &self.ctx())
     }
 
     /// delete / md.
     pub fn delete(&self, key: &[u8], now: u32, opts: DeleteOptions) -> DeleteOutcome {
+        self.maybe_flush(now);
         let h = crate::key_hash(key);
         self.shard(h).lock().delete(h, key, now, opts, &self.ctx())
     }
 
     /// touch: sets a new expiry; false if absent.
     pub fn touch(&self, key: &[u8], expiry: Expiry, now: u32) -> bool {
+        self.maybe_flush(now);
         let h = crate::key_hash(key);
         self.shard(h).lock().touch(h, key, expiry, now, &self.ctx())
     }
@@ -140,23 +161,92 @@ impl Store {
         now: u32,
         req: &ArithRequest,
     ) -> Result<ArithOutcome, StoreError> {
+        self.maybe_flush(now);
         let h = crate::key_hash(key);
         self.shard(h).lock().arith(h, key, now, req, &self.ctx())
     }
 
-    /// flush_all [delay]: with 0 every item goes now; otherwise every item stored before
+    /// `flush_all [delay]`: with 0 every item goes now; otherwise every item stored before
     /// `now + delay_secs` becomes invalid at that time. A new flush replaces a pending one.
     pub fn flush_all(&self, now: u32, delay_secs: u32) {
-        for s in self.shards.iter() {
-            s.lock().flush_all(now, delay_secs, &self.ctx());
+        if delay_secs == 0 {
+            self.flush_at.store(0, Ordering::Release);
+            self.flush_now();
+        } else {
+            self.flush_at
+                .store(now.saturating_add(delay_secs).max(1), Ordering::Release);
         }
+    }
+
+    /// Applies a pending delayed flush once its second has come. One atomic load per operation.
+    fn maybe_flush(&self, now: u32) {
+        let at = self.flush_at.load(Ordering::Acquire);
+        if at != 0
+            && now >= at
+            && self
+                .flush_at
+                .compare_exchange(at, 0, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            self.flush_now();
+        }
+    }
+
+    /// Clears every shard under all shard locks at once and reports one `Flush`, so the flush
+    /// has a single place in the feed's order relative to every shard's mutations (a replica
+    /// replaying the feed wipes exactly what the master wiped).
+    fn flush_now(&self) {
+        let mut guards: Vec<_> = self.shards.iter().map(|s| s.lock()).collect();
+        for g in &mut guards {
+            g.clear_all();
+        }
+        self.ctx().emit_flush();
+        drop(guards);
     }
 
     /// Calls `f` for every live item whose key hash is in `range` (one shard lock at a time).
     pub fn for_each_in_range(&self, range: HashRange, now: u32, mut f: impl FnMut(ItemView<'_>)) {
+        self.maybe_flush(now);
         for s in self.shards.iter() {
-            s.lock().for_each_in_range(range, now, &self.ctx(), &mut f);
+            s.lock().for_each_in_range(range, now, &mut f);
         }
+    }
+
+    /// Visits the live items in `range` of one slab and returns where to continue (`None` when
+    /// the walk is complete). Each call holds one shard lock for one slab only, so streaming a
+    /// large range (cell duplication, re-replication) never stalls requests for long.
+    ///
+    /// Consistency with the change feed: items never move between slabs except by being
+    /// rewritten, and every rewrite is reported in the feed with the item's full state
+    /// (compaction and second-chance clearing move items only towards the start of the same
+    /// slab, which one call visits whole). So the items visited plus the feed entries recorded
+    /// since the walk started give the range's current contents, provided the receiver applies
+    /// both in the order the store produced them (both happen under the shard lock — route the
+    /// callback and the sink into one queue). Items evicted meanwhile may be missing: it is a
+    /// cache.
+    pub fn scan_range(
+        &self,
+        range: HashRange,
+        now: u32,
+        cursor: ScanCursor,
+        mut f: impl FnMut(ItemView<'_>),
+    ) -> Option<ScanCursor> {
+        self.maybe_flush(now);
+        let shard = self.shards.get(cursor.shard)?;
+        let mut guard = shard.lock();
+        guard.scan_slab(cursor.slab, range, now, &mut f);
+        let next = if (cursor.slab as usize + 1) < guard.slab_count() {
+            ScanCursor {
+                shard: cursor.shard,
+                slab: cursor.slab + 1,
+            }
+        } else {
+            ScanCursor {
+                shard: cursor.shard + 1,
+                slab: 0,
+            }
+        };
+        (next.shard < self.shards.len()).then_some(next)
     }
 
     /// Copies out every live item whose key hash is in `range`.
@@ -174,6 +264,7 @@ impl Store {
 
     /// Stores an item as-is (its CAS, flags, expiry, stale bit), e.g. received in a hand-off.
     pub fn insert_item(&self, item: &OwnedItem, now: u32) -> Result<(), StoreError> {
+        self.maybe_flush(now);
         let h = crate::key_hash(&item.key);
         self.shard(h).lock().insert_item(h, item, now, &self.ctx())
     }

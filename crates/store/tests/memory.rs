@@ -58,7 +58,7 @@ fn heap_stays_within_limit_plus_documented_overhead() {
             Layout::Partitioned { shards: 4 },
             EvictionPolicyKind::SlabLru,
         ),
-        (Layout::Shared, EvictionPolicyKind::SecondChanceLru),
+        (Layout::Shared, EvictionPolicyKind::SecondChanceFifo),
     ];
     for (layout, eviction) in runs {
         let config = StoreConfig {

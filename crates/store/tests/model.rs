@@ -420,6 +420,13 @@ proptest! {
         run(roomy(), ops, false)?;
     }
 
+    /// The same with a partitioned layout: sharding must be invisible to clients.
+    #[test]
+    fn matches_model_partitioned(ops in proptest::collection::vec(ops(12, 64), 1..200)) {
+        let config = StoreConfig { layout: Layout::Partitioned { shards: 3 }, memory_limit_bytes: 1536 << 10, ..roomy() };
+        run(config, ops, false)?;
+    }
+
     /// Far more data than fits: keys may vanish (evicted) but never come back wrong or stale.
     #[test]
     fn matches_model_under_eviction(
@@ -428,7 +435,7 @@ proptest! {
         policy in prop_oneof![
             Just(EvictionPolicyKind::SlabLru),
             Just(EvictionPolicyKind::LeastLiveOfLru { candidates: 3 }),
-            Just(EvictionPolicyKind::SecondChanceLru),
+            Just(EvictionPolicyKind::SecondChanceFifo),
         ],
     ) {
         run(tight(compaction, policy), ops, true)?;

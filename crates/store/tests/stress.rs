@@ -180,7 +180,7 @@ fn readers_never_see_torn_values_while_slabs_are_reused() {
             Layout::Partitioned { shards: 2 },
             EvictionPolicyKind::SlabLru,
         ),
-        (Layout::Shared, EvictionPolicyKind::SecondChanceLru),
+        (Layout::Shared, EvictionPolicyKind::SecondChanceFifo),
     ];
     for (layout, eviction) in runs {
         let store = Store::new(StoreConfig {
