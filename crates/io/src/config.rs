@@ -35,7 +35,7 @@ impl IoEngineKind {
 
 impl std::fmt::Display for IoEngineKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 
