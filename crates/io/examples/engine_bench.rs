@@ -4,10 +4,13 @@
 //!
 //! Modes:
 //! - `bench` (default): for each connection count, repetitions interleaved across engines
-//!   (A,B,C,A,B,C,...), server and load generator in one process; prints req/s per run and
-//!   min/median/max of each engine's ratio to the first engine of the list.
+//!   (A,B,C,A,B,C,...); the engine runs in a child process (`serve`) so its CPU time per
+//!   request can be measured apart from the load generator's; prints req/s and server CPU
+//!   µs per request per run, and min/median/max of both and of their per-rep ratios to
+//!   the first engine of the list.
 //! - `serve --engine E --port P --seconds S`: the server alone (for `strace -c -f`); prints
-//!   the requests it answered, so syscalls can be divided by requests.
+//!   the requests it answered and its CPU time, so syscalls and CPU can be divided by
+//!   requests. `--seconds 0` serves until stdin closes.
 //! - `load --port P --connections N --depth D --seconds S`: the load generator alone.
 //!
 //! Example: `cargo run --release -p cellcache-io --example engine_bench -- bench
@@ -170,10 +173,19 @@ fn engine_config(args: &Args) -> EngineConfig {
     }
 }
 
+/// Total CPU time of this process so far (all threads, including exited ones).
+fn process_cpu_seconds() -> f64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
+}
+
+/// Runs one engine until `--seconds` pass (0: until stdin closes), then prints what it
+/// answered and the CPU it used. The first stdout line is `addr=<listening address>`.
 fn serve(args: &Args) {
     let kind = args.engines[0];
     let answered = Arc::new(AtomicU64::new(0));
     let shutdown = Shutdown::new();
+    let cpu_before = process_cpu_seconds();
     let engine = cellcache_io::start(
         kind,
         SocketAddr::from(([127, 0, 0, 1], args.port)),
@@ -184,19 +196,71 @@ fn serve(args: &Args) {
         shutdown.clone(),
     )
     .expect("engine starts");
-    eprintln!("serving {} on {}", engine.engine, engine.local_addr);
-    std::thread::sleep(Duration::from_secs_f64(args.seconds));
+    println!("addr={}", engine.local_addr);
+    let _ = std::io::stdout().flush();
+    if args.seconds > 0.0 {
+        std::thread::sleep(Duration::from_secs_f64(args.seconds));
+    } else {
+        // The parent closes our stdin when its load is done.
+        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+    }
     shutdown.trigger();
+    let running = engine.engine;
     engine.join();
+    let cpu = process_cpu_seconds() - cpu_before;
+    let requests = answered.load(Ordering::Relaxed);
     println!(
-        "engine={kind} requests_answered={}",
-        answered.load(Ordering::Relaxed)
+        "engine={running} requests_answered={requests} cpu_seconds={cpu:.3} cpu_us_per_request={:.3}",
+        cpu * 1e6 / requests.max(1) as f64
     );
+}
+
+/// One measured run: the engine in a child process (so its CPU time is its own), the
+/// load generator here. Returns (requests per second, server CPU µs per request).
+fn run_once(kind: IoEngineKind, connections: usize, args: &Args) -> Result<(f64, f64), String> {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut child = Command::new(exe)
+        .args([
+            "serve",
+            "--engine",
+            kind.as_str(),
+            "--seconds",
+            "0",
+            "--server-threads",
+            &args.server_threads.to_string(),
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let mut out = std::io::BufReader::new(child.stdout.take().ok_or("no child stdout")?);
+    let mut line = String::new();
+    out.read_line(&mut line).map_err(|e| e.to_string())?;
+    let addr: SocketAddr = line
+        .trim()
+        .strip_prefix("addr=")
+        .ok_or_else(|| format!("unexpected server output {line:?}"))?
+        .parse()
+        .map_err(|e| format!("{e}"))?;
+    let rate = load(addr, connections, args);
+    drop(child.stdin.take());
+    line.clear();
+    out.read_line(&mut line).map_err(|e| e.to_string())?;
+    let _ = child.wait();
+    let cpu_per_request = line
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("cpu_us_per_request="))
+        .ok_or_else(|| format!("unexpected server output {line:?}"))?
+        .parse()
+        .map_err(|e| format!("{e}"))?;
+    Ok((rate, cpu_per_request))
 }
 
 fn bench(args: &Args) {
     println!(
-        "engine-only overhead (toy echo, {}-byte requests), depth={}, server_threads={}, client_threads={}, {}s per run after {}s warm-up",
+        "engine-only overhead (toy echo, {}-byte requests), depth={}, server_threads={}, client_threads={}, {}s per run after {}s warm-up, engine in a child process",
         REQUEST.len(),
         args.depth,
         args.server_threads,
@@ -205,40 +269,43 @@ fn bench(args: &Args) {
         args.warmup_seconds
     );
     for &connections in &args.connections {
-        // rates[engine][rep]
-        let mut rates = vec![Vec::new(); args.engines.len()];
+        // [engine][rep] of (req/s, server CPU µs per request)
+        let mut runs = vec![Vec::new(); args.engines.len()];
         for rep in 0..args.reps {
             for (i, &kind) in args.engines.iter().enumerate() {
-                let answered = Arc::new(AtomicU64::new(0));
-                let shutdown = Shutdown::new();
-                let engine = cellcache_io::start(
-                    kind,
-                    "127.0.0.1:0".parse().expect("loopback address"),
-                    &engine_config(args),
-                    Arc::new(Echo { answered }),
-                    shutdown.clone(),
-                )
-                .expect("engine starts");
-                let rate = load(engine.local_addr, connections, args);
-                shutdown.trigger();
-                engine.join();
-                println!(
-                    "  run connections={connections} rep={rep} engine={kind} req_per_sec={rate:.0}"
-                );
-                rates[i].push(rate);
+                match run_once(kind, connections, args) {
+                    Ok((rate, cpu)) => {
+                        println!(
+                            "  run connections={connections} rep={rep} engine={kind} req_per_sec={rate:.0} server_cpu_us_per_request={cpu:.2}"
+                        );
+                        runs[i].push((rate, cpu));
+                    }
+                    Err(e) => {
+                        eprintln!("engine_bench: run {kind} failed: {e}");
+                        std::process::exit(1);
+                    }
+                }
             }
         }
-        println!("connections={connections}:");
-        let base = &rates[0];
+        println!("connections={connections} depth={}:", args.depth);
+        let base = &runs[0];
         for (i, &kind) in args.engines.iter().enumerate() {
-            let (min, med, max) = summary(&rates[i]);
-            let ratios: Vec<f64> = rates[i].iter().zip(base).map(|(r, b)| r / b).collect();
-            let (rmin, rmed, rmax) = summary(&ratios);
+            let rates: Vec<f64> = runs[i].iter().map(|r| r.0).collect();
+            let cpus: Vec<f64> = runs[i].iter().map(|r| r.1).collect();
+            let rate_ratios: Vec<f64> = runs[i].iter().zip(base).map(|(r, b)| r.0 / b.0).collect();
+            let cpu_ratios: Vec<f64> = runs[i].iter().zip(base).map(|(r, b)| r.1 / b.1).collect();
+            let (min, med, max) = summary(&rates);
+            let (cmin, cmed, cmax) = summary(&cpus);
+            let (rmin, rmed, rmax) = summary(&rate_ratios);
+            let (qmin, qmed, qmax) = summary(&cpu_ratios);
             println!(
-                "  {kind:8} req/s min {min:>9.0} median {med:>9.0} max {max:>9.0} | ratio to {} min {rmin:.2} median {rmed:.2} max {rmax:.2}",
-                args.engines[0]
+                "  {kind:8} req/s {min:>8.0} / {med:>8.0} / {max:>8.0} (x{rmin:.2} / x{rmed:.2} / x{rmax:.2})   cpu us/req {cmin:>5.2} / {cmed:>5.2} / {cmax:>5.2} (x{qmin:.2} / x{qmed:.2} / x{qmax:.2})"
             );
         }
+        println!(
+            "  (min / median / max over {} interleaved reps; ratios are per rep, to {})",
+            args.reps, args.engines[0]
+        );
     }
 }
 

@@ -334,6 +334,43 @@ fn notify_from_another_thread_delivers_deferred_output(kind: IoEngineKind) {
     run.stop();
 }
 
+/// A client that vanishes while the engine still has replies to write: the engine
+/// notices, closes the connection exactly once and frees it (for `uring`: cancels the
+/// in-flight send and waits for it before freeing the buffer the kernel reads).
+fn client_vanishing_with_replies_pending_is_closed_once(kind: IoEngineKind) {
+    let run = start(
+        kind,
+        EngineConfig {
+            threads: 1,
+            output_buffer_high_bytes: 16 * 1024,
+            ..Default::default()
+        },
+    );
+    {
+        let mut s = connect(run.engine.local_addr);
+        let mut line = vec![b'z'; 4095];
+        line.push(b'\n');
+        // ~1 MiB of replies the client never reads, then an abortive close.
+        for _ in 0..256 {
+            if s.write_all(&line).is_err() {
+                break;
+            }
+        }
+        socket2::SockRef::from(&s)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+    }
+    for _ in 0..1000 {
+        if run.closed.load(Ordering::Relaxed) == 1 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(run.closed.load(Ordering::Relaxed), 1, "on_close ran once");
+    assert_eq!(run.engine.stats.snapshot().curr_connections, 0);
+    run.stop();
+}
+
 /// Many connections at once, each pipelining many requests: every answer arrives, in
 /// order, on the right connection.
 fn many_pipelining_connections_get_every_answer_in_order(kind: IoEngineKind) {
@@ -404,6 +441,7 @@ macro_rules! every_engine {
                 closes_idle_connections_after_the_timeout,
                 graceful_shutdown_answers_what_was_received_then_closes,
                 notify_from_another_thread_delivers_deferred_output,
+                client_vanishing_with_replies_pending_is_closed_once,
                 many_pipelining_connections_get_every_answer_in_order,
             ]);
         )*
