@@ -348,6 +348,12 @@ fn client_vanishing_with_replies_pending_is_closed_once(kind: IoEngineKind) {
     );
     {
         let mut s = connect(run.engine.local_addr);
+        // A round trip first, so the engine has opened a session for this connection (a
+        // connection reset before the engine looks at it never gets one).
+        s.write_all(b"hi\n").unwrap();
+        let mut hi = [0u8; 3];
+        s.read_exact(&mut hi).unwrap();
+        assert_eq!(&hi, b"HI\n");
         let mut line = vec![b'z'; 4095];
         line.push(b'\n');
         // ~1 MiB of replies the client never reads, then an abortive close.
@@ -366,7 +372,12 @@ fn client_vanishing_with_replies_pending_is_closed_once(kind: IoEngineKind) {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    assert_eq!(run.closed.load(Ordering::Relaxed), 1, "on_close ran once");
+    assert_eq!(
+        run.closed.load(Ordering::Relaxed),
+        1,
+        "on_close ran once; engine stats: {:?}",
+        run.engine.stats.snapshot()
+    );
     assert_eq!(run.engine.stats.snapshot().curr_connections, 0);
     run.stop();
 }
