@@ -182,6 +182,22 @@ mod tests {
     }
 
     #[test]
+    fn engine_kind_and_config_deserialize_as_the_toml_file_writes_them() {
+        let kind: IoEngineKind = serde_json::from_str("\"uring\"").unwrap();
+        assert_eq!(kind, IoEngineKind::Uring);
+        assert!(serde_json::from_str::<IoEngineKind>("\"Uring\"").is_err());
+        let config: EngineConfig =
+            serde_json::from_str(r#"{"threads": 3, "uring_provided_buffers": 64}"#).unwrap();
+        assert_eq!(config.threads, 3);
+        assert_eq!(config.uring_provided_buffers, 64);
+        assert_eq!(
+            config.max_connections,
+            EngineConfig::default().max_connections
+        );
+        assert!(serde_json::from_str::<EngineConfig>(r#"{"thread": 3}"#).is_err());
+    }
+
+    #[test]
     fn defaults_validate_and_bad_uring_limits_do_not() {
         assert!(EngineConfig::default().validate().is_ok());
         let odd = EngineConfig {

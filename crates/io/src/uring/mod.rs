@@ -79,6 +79,9 @@ pub fn start<S: Service>(
     shutdown: Shutdown,
 ) -> Result<RunningEngine, IoError> {
     config.validate()?;
+    // Fail with the cause and the fix (not a bare EPERM) when called directly on a host
+    // that does not allow io_uring.
+    uring_support()?;
     let listener = crate::bind_listener(addr, config.listen_backlog, false)?;
     let local_addr = listener
         .local_addr()
