@@ -200,7 +200,14 @@ impl Acceptor {
             if !self.accept_armed && self.retry_at.is_none_or(|at| Instant::now() >= at) {
                 self.arm_accept()?;
             }
-            wait(&self.ring, HOUSEKEEPING_TICK.min(ACCEPT_RETRY_DELAY))?;
+            // Idle, the acceptor sleeps until a connection or the shutdown eventfd; it only
+            // needs a short timeout while an accept retry is pending.
+            let timeout = if self.retry_at.is_some() {
+                ACCEPT_RETRY_DELAY
+            } else {
+                HOUSEKEEPING_TICK
+            };
+            wait(&self.ring, timeout)?;
             let completions: Vec<_> = self
                 .ring
                 .completion()
