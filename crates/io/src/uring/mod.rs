@@ -23,8 +23,9 @@
 //! `sending`, which the connection slot owns and nobody touches until the completion
 //! arrives; the two are swapped when `sending` is done, so a session appending never moves
 //! memory the kernel is reading. Plain `send` is used: `SendZc` pays a second completion
-//! and page pinning per send and only wins for large payloads (roughly ≥ 10 KiB per send),
-//! which cache replies rarely are; docs/io-engines.md records this.
+//! (the buffer-release notification) and page pinning per send, which only large sends can
+//! repay; cache replies are mostly small, and SendZc was not measured here (see
+//! docs/io-engines.md).
 //!
 //! Backpressure: while pending output is above the high mark the receive is cancelled
 //! (a multishot receive cannot be paused) and re-armed when output drains.
