@@ -389,21 +389,41 @@ fn client_vanishing_with_replies_pending_is_closed_once(kind: IoEngineKind) {
 /// Many connections at once, each pipelining many requests: every answer arrives, in
 /// order, on the right connection.
 fn many_pipelining_connections_get_every_answer_in_order(kind: IoEngineKind) {
-    const CONNECTIONS: usize = 200;
-    const REQUESTS: usize = 200;
-    const CLIENT_THREADS: usize = 8;
-    let run = start(
+    pipeline_stress(
         kind,
+        200,
         EngineConfig {
             threads: 2,
             ..Default::default()
         },
     );
+}
+
+/// The same with tiny read chunks and (for `uring`) only two provided buffers: requests
+/// straddle reads (the leftover-copy path), and multishot receives keep running out of
+/// buffers (`ENOBUFS`) and must be re-armed without losing or reordering a byte.
+fn tiny_buffers_still_answer_everything_in_order(kind: IoEngineKind) {
+    pipeline_stress(
+        kind,
+        40,
+        EngineConfig {
+            threads: 2,
+            read_chunk_bytes: 7,
+            uring_provided_buffers: 2,
+            ..Default::default()
+        },
+    );
+}
+
+fn pipeline_stress(kind: IoEngineKind, connections: usize, config: EngineConfig) {
+    const REQUESTS: usize = 200;
+    const CLIENT_THREADS: usize = 8;
+    let run = start(kind, config);
     let addr = run.engine.local_addr;
     let clients: Vec<_> = (0..CLIENT_THREADS)
         .map(|t| {
             std::thread::spawn(move || {
-                let ids: Vec<usize> = (t..CONNECTIONS).step_by(CLIENT_THREADS).collect();
+                let ids: Vec<usize> = (t..connections).step_by(CLIENT_THREADS).collect();
                 let mut streams: Vec<TcpStream> = ids.iter().map(|_| connect(addr)).collect();
                 // Everything is written before anything is read: ~3 KiB per connection
                 // fits the socket buffers, so this cannot deadlock.
@@ -426,7 +446,7 @@ fn many_pipelining_connections_get_every_answer_in_order(kind: IoEngineKind) {
         c.join().expect("client thread");
     }
     let snap = run.engine.stats.snapshot();
-    assert_eq!(snap.total_connections, CONNECTIONS as u64);
+    assert_eq!(snap.total_connections, connections as u64);
     run.stop();
 }
 
@@ -458,6 +478,7 @@ macro_rules! every_engine {
                 notify_from_another_thread_delivers_deferred_output,
                 client_vanishing_with_replies_pending_is_closed_once,
                 many_pipelining_connections_get_every_answer_in_order,
+                tiny_buffers_still_answer_everything_in_order,
             ]);
         )*
     };
