@@ -35,7 +35,7 @@ impl IoEngineKind {
 
 impl std::fmt::Display for IoEngineKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 
@@ -179,6 +179,22 @@ mod tests {
             assert_eq!(kind.to_string().parse::<IoEngineKind>(), Ok(kind));
         }
         assert!("kqueue".parse::<IoEngineKind>().is_err());
+    }
+
+    #[test]
+    fn engine_kind_and_config_deserialize_as_the_toml_file_writes_them() {
+        let kind: IoEngineKind = serde_json::from_str("\"uring\"").unwrap();
+        assert_eq!(kind, IoEngineKind::Uring);
+        assert!(serde_json::from_str::<IoEngineKind>("\"Uring\"").is_err());
+        let config: EngineConfig =
+            serde_json::from_str(r#"{"threads": 3, "uring_provided_buffers": 64}"#).unwrap();
+        assert_eq!(config.threads, 3);
+        assert_eq!(config.uring_provided_buffers, 64);
+        assert_eq!(
+            config.max_connections,
+            EngineConfig::default().max_connections
+        );
+        assert!(serde_json::from_str::<EngineConfig>(r#"{"thread": 3}"#).is_err());
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //!
 //! Each connection is owned by one worker for its whole life, so sessions need no locks.
 //! Edge-triggered readiness means a readable socket is read until `WouldBlock`; a
-//! connection that still has work after [`ROUNDS_PER_TURN`] rounds goes on the worker's
+//! connection that still has work after `ROUNDS_PER_TURN` rounds goes on the worker's
 //! ready queue, so one busy pipelining client cannot starve the others.
 
 use crate::{

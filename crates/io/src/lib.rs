@@ -193,8 +193,9 @@ pub(crate) fn bind_listener(
 /// Reply memcached sends to a client refused for the connection limit.
 pub(crate) const TOO_MANY_CONNECTIONS: &[u8] = b"ERROR Too many open connections\r\n";
 
-/// A one-way flag every engine thread checks; set it (e.g. from a SIGTERM handler) and
-/// call [`Shutdown::wake`] hooks so sleeping loops notice at once.
+/// A one-way flag every engine thread checks. [`Shutdown::trigger`] (e.g. from a SIGTERM
+/// handler's thread) sets it and runs the wake-up hooks engines registered, so sleeping
+/// loops and connection threads notice at once.
 #[derive(Clone, Default)]
 pub struct Shutdown {
     flag: Arc<AtomicBool>,

@@ -20,6 +20,9 @@
 //! it at once. On shutdown it closes the listener and joins every connection thread, each
 //! of which answers what it already received, writes it (for at most the grace period)
 //! and closes.
+//!
+//! Lock order: the shutdown waker registry, then `live` (the shutdown hook kicks every live
+//! connection while holding both); connection threads and the acceptor take only `live`.
 
 use crate::{
     EngineConfig, EngineStats, IoEngineKind, IoError, Notify, Progress, RunningEngine, Service,

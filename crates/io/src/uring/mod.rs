@@ -23,8 +23,9 @@
 //! `sending`, which the connection slot owns and nobody touches until the completion
 //! arrives; the two are swapped when `sending` is done, so a session appending never moves
 //! memory the kernel is reading. Plain `send` is used: `SendZc` pays a second completion
-//! and page pinning per send and only wins for large payloads (roughly ≥ 10 KiB per send),
-//! which cache replies rarely are; docs/io-engines.md records this.
+//! (the buffer-release notification) and page pinning per send, which only large sends can
+//! repay; cache replies are mostly small, and SendZc was not measured here (see
+//! docs/io-engines.md).
 //!
 //! Backpressure: while pending output is above the high mark the receive is cancelled
 //! (a multishot receive cannot be paused) and re-armed when output drains.
@@ -38,19 +39,23 @@
 //!
 //! Notify and shutdown wake a worker through an eventfd read kept armed in its ring.
 
+mod probe;
+mod ring;
+
+pub use probe::{UringUnavailable, UringUnavailableCause, uring_support};
+
 use crate::{
     EngineConfig, EngineStats, IoEngineKind, IoError, Notify, Progress, RunningEngine, Service,
     Session, Shutdown, TOO_MANY_CONNECTIONS,
 };
 use crossbeam_channel::{Receiver, Sender};
-use io_uring::{IoUring, cqueue, opcode, squeue, types};
-use std::alloc::Layout;
+use io_uring::{IoUring, cqueue, opcode, types};
+use ring::{Op, ProvidedBuffers, WakeFd, WakeRead, decode, new_ring, push, user_data, wait};
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// How long a ring waits for completions before running housekeeping (idle sweep,
@@ -59,510 +64,13 @@ const HOUSEKEEPING_TICK: Duration = Duration::from_millis(500);
 /// After an accept error that ended the multishot accept (e.g. EMFILE), wait this long
 /// before arming it again, so a persistent error does not spin.
 const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(100);
-/// Times a full submission queue is flushed before pushing gives up.
-const PUSH_ATTEMPTS: usize = 64;
 /// Waits for outstanding completions (cancelled operations) when a ring is torn down;
 /// past it the buffers those operations use are leaked rather than freed.
-const DRAIN_WAITS: usize = 20;
+pub(super) const DRAIN_WAITS: usize = 20;
 /// Submission queue entries of the acceptor's ring: it has at most two operations.
-const ACCEPTOR_RING_ENTRIES: u32 = 8;
+pub(super) const ACCEPTOR_RING_ENTRIES: u32 = 8;
 /// Buffer group id of a worker's provided buffer ring (one group per ring).
-const BUFFER_GROUP: u16 = 0;
-/// Alignment the kernel requires of a provided buffer ring's address.
-const PAGE_BYTES: usize = 4096;
-/// Alignment of receive buffers: a cache line, so buffers do not share lines.
-const BUFFER_ALIGN: usize = 64;
-
-/// What a completion is for; the low byte of its user data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-enum Op {
-    Recv = 1,
-    Send = 2,
-    /// An `AsyncCancel`; its own result is not needed.
-    Cancel = 3,
-    /// The eventfd read that wakes the ring.
-    Wake = 4,
-    Accept = 5,
-}
-
-/// User data: slot key (32 bits) | slot generation (24 bits) | [`Op`] (8 bits). The
-/// generation keeps a cancel aimed at a closed connection from hitting a new connection
-/// that reused its slot before the cancel was submitted.
-fn user_data(key: usize, generation: u32, op: Op) -> u64 {
-    ((key as u64) << 32) | (u64::from(generation & 0xFF_FFFF) << 8) | op as u64
-}
-
-fn decode(data: u64) -> (usize, u32, Option<Op>) {
-    let op = match data as u8 {
-        1 => Some(Op::Recv),
-        2 => Some(Op::Send),
-        3 => Some(Op::Cancel),
-        4 => Some(Op::Wake),
-        5 => Some(Op::Accept),
-        _ => None,
-    };
-    ((data >> 32) as usize, ((data >> 8) & 0xFF_FFFF) as u32, op)
-}
-
-/// Why io_uring cannot be used here.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum UringUnavailableCause {
-    /// `kernel.io_uring_disabled` forbids it (2: for everyone; 1: outside
-    /// `kernel.io_uring_group`).
-    DisabledBySysctl { value: u8 },
-    /// `io_uring_setup` returned EPERM: a seccomp profile blocks it (Docker 25+ and
-    /// containerd 2 do by default) or an LSM policy denies it.
-    NotPermitted,
-    /// `io_uring_setup` returned ENOSYS: a kernel built without io_uring, or a seccomp
-    /// profile that answers ENOSYS.
-    NotImplemented,
-    /// The kernel has io_uring but lacks something this engine needs.
-    MissingFeature(&'static str),
-    /// Ring setup failed for another reason (e.g. ENOMEM from `RLIMIT_MEMLOCK` on kernels
-    /// before 5.12).
-    SetupFailed(String),
-}
-
-impl UringUnavailableCause {
-    /// What an operator can do about it.
-    pub fn fix(&self) -> &'static str {
-        match self {
-            Self::DisabledBySysctl { .. } => {
-                "set `sysctl kernel.io_uring_disabled=0` (or add the user to kernel.io_uring_group when it is 1), or set io_engine = \"epoll\""
-            }
-            Self::NotPermitted => {
-                "allow io_uring_setup, io_uring_enter and io_uring_register in the container's seccomp profile (docker run --security-opt seccomp=<profile>), or set io_engine = \"epoll\""
-            }
-            Self::NotImplemented => {
-                "use a kernel built with CONFIG_IO_URING, or a seccomp profile that allows the io_uring syscalls, or set io_engine = \"epoll\""
-            }
-            Self::MissingFeature(_) => "run Linux 6.0 or later, or set io_engine = \"epoll\"",
-            Self::SetupFailed(_) => {
-                "raise RLIMIT_MEMLOCK (ulimit -l) or io_uring limits, or set io_engine = \"epoll\""
-            }
-        }
-    }
-}
-
-impl std::fmt::Display for UringUnavailableCause {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::DisabledBySysctl { value } => {
-                write!(f, "disabled by sysctl kernel.io_uring_disabled = {value}")
-            }
-            Self::NotPermitted => f.write_str(
-                "io_uring_setup is not permitted (EPERM): blocked by a seccomp profile or security policy",
-            ),
-            Self::NotImplemented => f.write_str(
-                "io_uring_setup is not implemented (ENOSYS): kernel without io_uring or a seccomp filter",
-            ),
-            Self::MissingFeature(what) => write!(f, "the kernel lacks {what}"),
-            Self::SetupFailed(why) => write!(f, "ring setup failed: {why}"),
-        }
-    }
-}
-
-/// io_uring cannot be used on this host; says why and what to do.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("io_uring is unavailable: {cause}; fix: {}", .cause.fix())]
-pub struct UringUnavailable {
-    pub cause: UringUnavailableCause,
-}
-
-impl From<UringUnavailableCause> for UringUnavailable {
-    fn from(cause: UringUnavailableCause) -> Self {
-        Self { cause }
-    }
-}
-
-/// Checks that this process may use io_uring with everything the engine needs: the
-/// sysctl, ring setup (seccomp shows here), the features and opcodes used, provided buffer
-/// rings, and — by doing one — a multishot receive. Costs one small ring and a socket pair.
-pub fn uring_support() -> Result<(), UringUnavailable> {
-    use UringUnavailableCause as C;
-    let sysctl = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
-        .ok()
-        .and_then(|s| s.trim().parse::<u8>().ok())
-        .unwrap_or(0);
-    if sysctl >= 2 {
-        return Err(C::DisabledBySysctl { value: sysctl }.into());
-    }
-    let mut ring = new_ring(ACCEPTOR_RING_ENTRIES).map_err(|e| match e.raw_os_error() {
-        Some(libc::EPERM) if sysctl == 1 => C::DisabledBySysctl { value: sysctl },
-        Some(libc::EPERM) => C::NotPermitted,
-        Some(libc::ENOSYS) => C::NotImplemented,
-        _ => C::SetupFailed(e.to_string()),
-    })?;
-    let params = ring.params();
-    if !params.is_feature_ext_arg() || !params.is_feature_nodrop() {
-        return Err(
-            C::MissingFeature("IORING_FEAT_EXT_ARG and IORING_FEAT_NODROP (Linux 5.11)").into(),
-        );
-    }
-    let mut probe = io_uring::Probe::new();
-    ring.submitter()
-        .register_probe(&mut probe)
-        .map_err(|_| C::MissingFeature("IORING_REGISTER_PROBE (Linux 5.6)"))?;
-    for (code, name) in [
-        (opcode::RecvMulti::CODE, "IORING_OP_RECV"),
-        (opcode::Send::CODE, "IORING_OP_SEND"),
-        (opcode::AcceptMulti::CODE, "IORING_OP_ACCEPT"),
-        (opcode::AsyncCancel::CODE, "IORING_OP_ASYNC_CANCEL"),
-        (opcode::Read::CODE, "IORING_OP_READ"),
-    ] {
-        if !probe.is_supported(code) {
-            return Err(C::MissingFeature(name).into());
-        }
-    }
-    let mut bufs = ProvidedBuffers::new(&ring, 2, 64, BUFFER_GROUP)
-        .map_err(|_| C::MissingFeature("provided buffer rings (Linux 5.19)"))?;
-    let result = probe_multishot_recv(&mut ring, &mut bufs);
-    if result.is_ok() {
-        bufs.unregister(&ring);
-    }
-    result.map_err(Into::into)
-}
-
-/// Arms a multishot receive on a socket pair, sends a few bytes and checks they arrive
-/// in a provided buffer with the receive still armed; then cancels it and waits for the
-/// cancellation, so the buffers can be released.
-fn probe_multishot_recv(
-    ring: &mut IoUring,
-    bufs: &mut ProvidedBuffers,
-) -> Result<(), UringUnavailableCause> {
-    use UringUnavailableCause as C;
-    const MESSAGE: &[u8] = b"probe";
-    let missing = C::MissingFeature("multishot receive (Linux 6.0)");
-    let (reader, mut writer) =
-        std::os::unix::net::UnixStream::pair().map_err(|e| C::SetupFailed(e.to_string()))?;
-    let recv = opcode::RecvMulti::new(types::Fd(reader.as_raw_fd()), BUFFER_GROUP)
-        .build()
-        .user_data(user_data(0, 0, Op::Recv));
-    // SAFETY: the receive writes only into provided buffers, which `bufs` owns and keeps
-    // registered until this function has seen the receive's final completion (below), or
-    // leaks when it has not (ProvidedBuffers::drop while registered).
-    unsafe { push(ring, &recv) }.map_err(|e| C::SetupFailed(e.to_string()))?;
-    writer
-        .write_all(MESSAGE)
-        .map_err(|e| C::SetupFailed(e.to_string()))?;
-    let mut verdict = Err(missing.clone());
-    let mut armed = true;
-    let mut cancelled = false;
-    for _ in 0..DRAIN_WAITS {
-        wait(ring, Duration::from_millis(100)).map_err(|e| C::SetupFailed(e.to_string()))?;
-        let completions: Vec<_> = ring
-            .completion()
-            .map(|c| (c.user_data(), c.result(), c.flags()))
-            .collect();
-        for (data, result, flags) in completions {
-            if decode(data).2 != Some(Op::Recv) {
-                continue;
-            }
-            armed = cqueue::more(flags);
-            if let Some(bid) = cqueue::buffer_select(flags) {
-                bufs.recycle(bid);
-                if usize::try_from(result) == Ok(MESSAGE.len()) && armed {
-                    verdict = Ok(());
-                }
-            }
-        }
-        if !armed {
-            break;
-        }
-        if !cancelled {
-            let cancel = opcode::AsyncCancel::new(user_data(0, 0, Op::Recv))
-                .build()
-                .user_data(user_data(0, 0, Op::Cancel));
-            // SAFETY: a cancel refers to no memory.
-            unsafe { push(ring, &cancel) }.map_err(|e| C::SetupFailed(e.to_string()))?;
-            cancelled = true;
-        }
-    }
-    if armed {
-        return Err(C::SetupFailed("probe receive did not finish".into()));
-    }
-    verdict
-}
-
-/// A ring with the flags every ring here uses: a completion queue twice the submission
-/// queue and cooperative task running (no inter-processor interrupt to deliver a
-/// completion while the worker is busy; it picks them up when it enters the kernel).
-fn new_ring(entries: u32) -> io::Result<IoUring> {
-    IoUring::builder()
-        .setup_cqsize(entries.saturating_mul(2))
-        .setup_coop_taskrun()
-        .build(entries)
-}
-
-/// Submits what is queued and waits for at least one completion or `timeout`.
-fn wait(ring: &IoUring, timeout: Duration) -> io::Result<()> {
-    let ts = types::Timespec::from(timeout);
-    let args = types::SubmitArgs::new().timespec(&ts);
-    match ring.submitter().submit_with_args(1, &args) {
-        Ok(_) => Ok(()),
-        Err(e)
-            if matches!(
-                e.raw_os_error(),
-                Some(libc::ETIME | libc::EINTR | libc::EBUSY)
-            ) =>
-        {
-            Ok(())
-        }
-        Err(e) => Err(e),
-    }
-}
-
-/// Queues `entry`, flushing the submission queue to the kernel when it is full.
-///
-/// # Safety
-/// Every buffer `entry` points to must stay valid, and not be accessed in a way that
-/// conflicts with the kernel's use, until the operation's final completion is reaped.
-unsafe fn push(ring: &mut IoUring, entry: &squeue::Entry) -> io::Result<()> {
-    for _ in 0..PUSH_ATTEMPTS {
-        // SAFETY: forwarded from this function's contract.
-        if unsafe { ring.submission().push(entry) }.is_ok() {
-            return Ok(());
-        }
-        match ring.submit() {
-            Ok(_) => {}
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::EINTR | libc::EBUSY | libc::EAGAIN)
-                ) => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Err(io::Error::other("io_uring submission queue stays full"))
-}
-
-/// A provided buffer ring: `entries` receive buffers of `buffer_bytes` each, and the ring
-/// of descriptors through which they are lent to the kernel, which picks one per receive.
-/// A buffer the kernel returned in a completion is ours until [`Self::recycle`] puts it
-/// back. The memory is freed only once the ring is unregistered; dropped while still
-/// registered (a ring that could not be drained) it is leaked instead.
-struct ProvidedBuffers {
-    ring: NonNull<types::BufRingEntry>,
-    ring_layout: Layout,
-    data: NonNull<u8>,
-    data_layout: Layout,
-    entries: u16,
-    buffer_bytes: usize,
-    /// Our copy of the ring's tail; the kernel reads the shared one.
-    tail: u16,
-    group: u16,
-    registered: bool,
-}
-
-// SAFETY: the raw pointers are owned allocations used only by the thread that owns the
-// value; moving it to another thread (a worker at start) moves that ownership.
-unsafe impl Send for ProvidedBuffers {}
-
-impl ProvidedBuffers {
-    fn new(ring: &IoUring, entries: u16, buffer_bytes: usize, group: u16) -> io::Result<Self> {
-        let bad = |m: &str| io::Error::new(io::ErrorKind::InvalidInput, m.to_string());
-        if !entries.is_power_of_two() || buffer_bytes == 0 || u32::try_from(buffer_bytes).is_err() {
-            return Err(bad(
-                "provided buffers: entries must be a power of two, sizes 32-bit",
-            ));
-        }
-        let ring_layout = Layout::from_size_align(
-            usize::from(entries) * std::mem::size_of::<types::BufRingEntry>(),
-            PAGE_BYTES,
-        )
-        .map_err(|_| bad("provided buffer ring too large"))?;
-        let data_layout = Layout::from_size_align(
-            usize::from(entries)
-                .checked_mul(buffer_bytes)
-                .ok_or_else(|| bad("provided buffers too large"))?,
-            BUFFER_ALIGN,
-        )
-        .map_err(|_| bad("provided buffers too large"))?;
-        // SAFETY: both layouts have non-zero size (entries ≥ 1, buffer_bytes ≥ 1). The ring
-        // is zeroed so its tail starts at 0 (no buffer offered) until we publish one.
-        let (ring_ptr, data_ptr) = unsafe {
-            (
-                std::alloc::alloc_zeroed(ring_layout),
-                std::alloc::alloc(data_layout),
-            )
-        };
-        let (Some(ring_ptr), Some(data_ptr)) = (
-            NonNull::new(ring_ptr.cast::<types::BufRingEntry>()),
-            NonNull::new(data_ptr),
-        ) else {
-            // SAFETY: each non-null pointer came from `alloc*` with this layout.
-            unsafe {
-                if !ring_ptr.is_null() {
-                    std::alloc::dealloc(ring_ptr, ring_layout);
-                }
-                if !data_ptr.is_null() {
-                    std::alloc::dealloc(data_ptr, data_layout);
-                }
-            }
-            return Err(io::ErrorKind::OutOfMemory.into());
-        };
-        let mut bufs = Self {
-            ring: ring_ptr,
-            ring_layout,
-            data: data_ptr,
-            data_layout,
-            entries,
-            buffer_bytes,
-            tail: 0,
-            group,
-            registered: false,
-        };
-        // SAFETY: the ring memory is page aligned, holds `entries` descriptors and lives in
-        // `bufs`, which frees it only after unregistering (or leaks it, see Drop).
-        unsafe {
-            ring.submitter().register_buf_ring_with_flags(
-                bufs.ring.as_ptr() as u64,
-                entries,
-                group,
-                0,
-            )?;
-        }
-        bufs.registered = true;
-        for bid in 0..entries {
-            bufs.recycle(bid);
-        }
-        Ok(bufs)
-    }
-
-    /// The bytes the kernel received into buffer `bid`.
-    ///
-    /// # Safety
-    /// `bid` and `len` must come from a receive completion not yet recycled: the kernel
-    /// then neither owns nor writes that buffer until [`Self::recycle`].
-    unsafe fn received(&self, bid: u16, len: usize) -> Option<&[u8]> {
-        if bid >= self.entries || len > self.buffer_bytes {
-            return None;
-        }
-        // SAFETY: the range lies inside the data allocation (checked above), was
-        // initialised by the kernel's receive, and the caller guarantees the kernel does
-        // not write it while the returned borrow (tied to &self) lives.
-        Some(unsafe {
-            std::slice::from_raw_parts(
-                self.data.as_ptr().add(usize::from(bid) * self.buffer_bytes),
-                len,
-            )
-        })
-    }
-
-    /// Lends buffer `bid` to the kernel again (appends it at the ring's tail).
-    fn recycle(&mut self, bid: u16) {
-        if bid >= self.entries {
-            return;
-        }
-        let index = usize::from(self.tail & (self.entries - 1));
-        // SAFETY: `index` < entries, so the descriptor lies inside the ring allocation.
-        // The kernel reads descriptors only between its head and the published tail, and
-        // this slot is past the published tail until the store below publishes it.
-        unsafe {
-            let entry = &mut *self.ring.as_ptr().add(index);
-            entry.set_addr(self.data.as_ptr().add(usize::from(bid) * self.buffer_bytes) as u64);
-            entry.set_len(self.buffer_bytes as u32);
-            entry.set_bid(bid);
-        }
-        self.tail = self.tail.wrapping_add(1);
-        // SAFETY: the tail field lies in the first descriptor of the live ring allocation,
-        // is a naturally aligned u16 and is only accessed atomically by us and the kernel.
-        // Release orders the descriptor writes above before the kernel sees the new tail.
-        unsafe {
-            let tail = types::BufRingEntry::tail(self.ring.as_ptr()).cast_mut();
-            AtomicU16::from_ptr(tail).store(self.tail, Ordering::Release);
-        }
-    }
-
-    /// Withdraws the ring from the kernel so its memory can be freed. The caller must have
-    /// reaped the final completion of every receive that selects from this group.
-    fn unregister(&mut self, ring: &IoUring) {
-        if !self.registered {
-            return;
-        }
-        match ring.submitter().unregister_buf_ring(self.group) {
-            Ok(()) => self.registered = false,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot unregister provided buffers; leaking them")
-            }
-        }
-    }
-}
-
-impl Drop for ProvidedBuffers {
-    fn drop(&mut self) {
-        if self.registered {
-            // The kernel may still write into these buffers: leaking is the only safe choice.
-            return;
-        }
-        // SAFETY: both pointers came from `alloc*` with these layouts and the kernel no
-        // longer references them (unregistered).
-        unsafe {
-            std::alloc::dealloc(self.ring.as_ptr().cast(), self.ring_layout);
-            std::alloc::dealloc(self.data.as_ptr(), self.data_layout);
-        }
-    }
-}
-
-/// An eventfd a ring keeps a read armed on, so other threads can wake it.
-struct WakeFd {
-    fd: OwnedFd,
-    /// A wake is on its way; later notifies need not write the eventfd again.
-    pending: AtomicBool,
-}
-
-impl WakeFd {
-    fn new() -> io::Result<Self> {
-        let fd = rustix::event::eventfd(
-            0,
-            rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
-        )?;
-        Ok(Self {
-            fd,
-            pending: AtomicBool::new(false),
-        })
-    }
-
-    /// Wakes the ring unless a wake is already pending.
-    fn wake(&self) {
-        if !self.pending.swap(true, Ordering::AcqRel) {
-            self.kick();
-        }
-    }
-
-    /// Wakes the ring unconditionally (shutdown). A failure means the counter is
-    /// saturated, i.e. already readable.
-    fn kick(&self) {
-        let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
-    }
-}
-
-/// The armed eventfd read of a ring: the 8-byte buffer the kernel writes lives on the heap
-/// and is owned here until the read's completion.
-struct WakeRead {
-    wake: Arc<WakeFd>,
-    buf: Box<[u8; 8]>,
-    armed: bool,
-}
-
-impl WakeRead {
-    fn arm(&mut self, ring: &mut IoUring) -> io::Result<()> {
-        let read = opcode::Read::new(
-            types::Fd(self.wake.fd.as_raw_fd()),
-            self.buf.as_mut_ptr(),
-            8,
-        )
-        .build()
-        .user_data(user_data(0, 0, Op::Wake));
-        // SAFETY: `buf` is a heap allocation owned by `self`; it is not read or written
-        // until the completion arrives (`armed` tracks it), and the ring owners leak it
-        // instead of freeing it when the read could not be drained.
-        unsafe { push(ring, &read) }?;
-        self.armed = true;
-        Ok(())
-    }
-}
+pub(super) const BUFFER_GROUP: u16 = 0;
 
 /// Binds `addr` and starts the acceptor ring and `config.worker_threads()` worker rings.
 pub fn start<S: Service>(
@@ -572,6 +80,9 @@ pub fn start<S: Service>(
     shutdown: Shutdown,
 ) -> Result<RunningEngine, IoError> {
     config.validate()?;
+    // Fail with the cause and the fix (not a bare EPERM) when called directly on a host
+    // that does not allow io_uring.
+    uring_support()?;
     let listener = crate::bind_listener(addr, config.listen_backlog, false)?;
     let local_addr = listener
         .local_addr()
@@ -690,7 +201,14 @@ impl Acceptor {
             if !self.accept_armed && self.retry_at.is_none_or(|at| Instant::now() >= at) {
                 self.arm_accept()?;
             }
-            wait(&self.ring, HOUSEKEEPING_TICK.min(ACCEPT_RETRY_DELAY))?;
+            // Idle, the acceptor sleeps until a connection or the shutdown eventfd; it only
+            // needs a short timeout while an accept retry is pending.
+            let timeout = if self.retry_at.is_some() {
+                ACCEPT_RETRY_DELAY
+            } else {
+                HOUSEKEEPING_TICK
+            };
+            wait(&self.ring, timeout)?;
             let completions: Vec<_> = self
                 .ring
                 .completion()
@@ -1319,51 +837,5 @@ impl<S: Service> Worker<S> {
             std::mem::forget(std::mem::replace(&mut self.wake.buf, Box::new([0; 8])));
         }
         tracing::debug!(worker = self.id, "worker stopped");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn user_data_round_trips() {
-        let data = user_data(123_456, 0xAB_CDEF, Op::Send);
-        assert_eq!(decode(data), (123_456, 0xAB_CDEF, Some(Op::Send)));
-        assert_eq!(decode(user_data(0, 0, Op::Wake)).2, Some(Op::Wake));
-        assert_eq!(decode(0).2, None);
-    }
-
-    #[test]
-    fn unavailable_error_names_cause_and_fix() {
-        let e = UringUnavailable::from(UringUnavailableCause::NotPermitted);
-        let text = e.to_string();
-        assert!(text.contains("EPERM"), "{text}");
-        assert!(text.contains("seccomp"), "{text}");
-        assert!(text.contains("io_engine = \"epoll\""), "{text}");
-    }
-
-    /// io_uring works on the development machine; where it does not, the reason is printed
-    /// and the engine suite reports its uring runs as skipped.
-    #[test]
-    fn provided_buffers_cycle_through_the_ring() {
-        if let Err(e) = uring_support() {
-            eprintln!("SKIPPED provided_buffers_cycle_through_the_ring: {e}");
-            return;
-        }
-        let ring = new_ring(8).expect("ring");
-        let mut bufs = ProvidedBuffers::new(&ring, 4, 32, 7).expect("buffers");
-        // Recycling more times than there are entries wraps the tail correctly.
-        for round in 0..10u16 {
-            bufs.recycle(round % 4);
-        }
-        // SAFETY: no receive uses group 7, so the kernel never writes these buffers.
-        let out_of_range = unsafe { bufs.received(4, 1) };
-        assert!(out_of_range.is_none(), "out of range bid");
-        // SAFETY: as above.
-        let too_long = unsafe { bufs.received(0, 33) };
-        assert!(too_long.is_none(), "longer than a buffer");
-        bufs.unregister(&ring);
-        assert!(!bufs.registered);
     }
 }
