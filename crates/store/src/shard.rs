@@ -159,11 +159,6 @@ impl Shard {
         }
     }
 
-    /// Slabs this shard could use with no quota.
-    pub fn slab_count(&self) -> usize {
-        self.slabs.len()
-    }
-
     /// Bytes of this shard's index (fixed at start).
     pub fn index_bytes(&self) -> usize {
         self.index.bytes()
