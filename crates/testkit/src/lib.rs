@@ -1,0 +1,1 @@
+//! cellcache-testkit: test-only tools (being built; see ARCHITECTURE.md).
