@@ -80,8 +80,9 @@ pub struct EngineConfig {
     pub late_threshold: Duration,
     /// Open loop: due requests waiting for a free connection slot, per thread. Default 100 000.
     pub backlog_max: usize,
-    /// Open loop: when the next arrival is closer than this, busy-poll instead of sleeping,
-    /// because the OS timer's millisecond granularity would make sends late. Default 1 ms.
+    /// Open loop: when the next arrival is closer than this, busy-poll instead of sleeping.
+    /// The sleep before it ends on a timerfd (microsecond resolution) on Linux; elsewhere on
+    /// epoll's millisecond timeout, where 1 ms is the right value. Default 100 µs.
     pub spin_threshold: Duration,
     /// TCP connect timeout. Default 2 s.
     pub connect_timeout: Duration,
@@ -108,7 +109,7 @@ impl Default for EngineConfig {
             drain_timeout: Duration::from_secs(5),
             late_threshold: Duration::from_millis(1),
             backlog_max: 100_000,
-            spin_threshold: Duration::from_millis(1),
+            spin_threshold: Duration::from_micros(100),
             connect_timeout: Duration::from_secs(2),
             cpus: Vec::new(),
             set_on_miss: false,
@@ -330,7 +331,13 @@ struct Worker {
     issue_end_ns: u64,
     connections_failed: u64,
     completed: u64,
+    /// Open loop on Linux: wakes the poll just before the next arrival.
+    #[cfg(target_os = "linux")]
+    timer: Option<crate::timer::WakeTimer>,
 }
+
+/// Poll token of the wake timer (connections use their index).
+const TIMER_TOKEN: Token = Token(usize::MAX - 1);
 
 impl Worker {
     fn new(
@@ -360,6 +367,8 @@ impl Worker {
             issue_end_ns,
             connections_failed: 0,
             completed: 0,
+            #[cfg(target_os = "linux")]
+            timer: None,
         }
     }
 
@@ -396,6 +405,18 @@ impl Worker {
             })?;
         }
         let poll = Poll::new().map_err(EngineError::Poll)?;
+        #[cfg(target_os = "linux")]
+        if matches!(self.config.mode, LoadMode::Open { .. }) {
+            let timer = crate::timer::WakeTimer::new().map_err(EngineError::Poll)?;
+            poll.registry()
+                .register(
+                    &mut mio::unix::SourceFd(&timer.raw_fd()),
+                    TIMER_TOKEN,
+                    Interest::READABLE,
+                )
+                .map_err(EngineError::Poll)?;
+            self.timer = Some(timer);
+        }
         for (i, &addr) in addrs.iter().enumerate() {
             let connect = |source| EngineError::Connect { addr, source };
             let std_stream =
@@ -488,6 +509,13 @@ impl Worker {
                 Err(e) => return Err(EngineError::Poll(e)),
             }
             for event in events.iter() {
+                if event.token() == TIMER_TOKEN {
+                    #[cfg(target_os = "linux")]
+                    if let Some(timer) = &self.timer {
+                        timer.clear();
+                    }
+                    continue;
+                }
                 let i = event.token().0;
                 if i >= self.conns.len() || !self.conns[i].alive {
                     continue;
@@ -522,8 +550,19 @@ impl Worker {
                 if next <= now.saturating_add(spin) {
                     return Duration::ZERO;
                 }
-                // Wake a spin-threshold early: the OS may round the timeout up.
-                wake = wake.min(next - spin);
+                let wake_for_arrival = next - spin;
+                #[cfg(target_os = "linux")]
+                if let Some(timer) = &self.timer
+                    && wake_for_arrival < wake
+                    && timer
+                        .arm(Duration::from_nanos(wake_for_arrival - now))
+                        .is_ok()
+                {
+                    // The timer wakes the poll precisely; the poll timeout stays a backstop.
+                    return Duration::from_nanos(wake.saturating_sub(now));
+                }
+                // Without a timer, wake a spin-threshold early: epoll rounds up to milliseconds.
+                wake = wake.min(wake_for_arrival);
             }
         }
         if let Some(deadline) = drain_deadline {

@@ -22,6 +22,7 @@ pub mod plot;
 pub mod report;
 pub mod schedule;
 pub mod stats;
+pub mod timer;
 pub mod wire;
 pub mod workload;
 
@@ -53,6 +54,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.command {
         Some(BenchCommand::Plot(plot)) => return plot::run(plot),
         Some(BenchCommand::Capacity(cap)) => return capacity::run(cap),
+        Some(BenchCommand::Compare(compare)) => return run_compare(*compare),
         None => {}
     }
     let servers = args::resolve_servers(&args.servers)?;

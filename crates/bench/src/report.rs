@@ -24,6 +24,9 @@ pub struct Machine {
     pub nproc: usize,
     pub cpu_model: String,
     pub kernel: String,
+    /// /proc/loadavg when the report was made: other work on the machine skews results.
+    #[serde(default)]
+    pub load_average: String,
 }
 
 impl Machine {
@@ -46,6 +49,11 @@ impl Machine {
             nproc: std::thread::available_parallelism().map_or(1, |n| n.get()),
             cpu_model,
             kernel: read("/proc/sys/kernel/osrelease"),
+            load_average: read("/proc/loadavg")
+                .split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" "),
         }
     }
 
