@@ -578,7 +578,7 @@ impl Worker {
                 && self.conns[i].in_flight.len() < self.config.pipeline
                 && self.quota != Some(0)
             {
-                self.issue(i, now, now);
+                self.issue(i, now, now, false);
             }
         }
     }
@@ -598,7 +598,7 @@ impl Worker {
                 self.quota = self.quota.map(|q| q - 1);
             }
             match self.free_conn() {
-                Some(i) if self.backlog.is_empty() => self.issue(i, intended, now),
+                Some(i) if self.backlog.is_empty() => self.issue(i, intended, now, false),
                 _ if self.backlog.len() < self.config.backlog_max => {
                     self.backlog.push_back(intended)
                 }
@@ -615,7 +615,7 @@ impl Worker {
         while !self.backlog.is_empty() {
             let Some(i) = self.free_conn() else { break };
             if let Some(intended) = self.backlog.pop_front() {
-                self.issue(i, intended, now);
+                self.issue(i, intended, now, true);
             }
         }
     }
@@ -635,7 +635,9 @@ impl Worker {
     }
 
     /// Encodes one request on connection `i`. `intended` is when it should have been sent.
-    fn issue(&mut self, i: usize, intended: u64, now: u64) {
+    /// `from_backlog` says whether the request waited for a free slot; a late send that did
+    /// not is the generator's own lag (it was descheduled or too busy).
+    fn issue(&mut self, i: usize, intended: u64, now: u64, from_backlog: bool) {
         let measured = intended >= self.measure_start_ns;
         let fill = self.fills.pop_front();
         let conn = &mut self.conns[i];
@@ -692,6 +694,9 @@ impl Worker {
                 && now.saturating_sub(intended) > self.config.late_threshold.as_nanos() as u64
             {
                 self.stats.late_sends += 1;
+                if !from_backlog {
+                    self.stats.late_sends_generator += 1;
+                }
             }
             if let (Some(q), LoadMode::Closed) = (self.quota.as_mut(), self.config.mode) {
                 *q -= 1;

@@ -196,6 +196,13 @@ where
         .configure_mesh()
         .x_desc("percentile")
         .y_desc("latency (µs, log)")
+        .y_label_formatter(&|us| {
+            if *us >= 1.0 {
+                format!("{us:.0}")
+            } else {
+                format!("{us:.2}")
+            }
+        })
         .x_labels(6)
         .x_label_formatter(&|x| match x.round() as i64 {
             0 => "p0".into(),
@@ -260,6 +267,7 @@ where
         .configure_mesh()
         .x_desc("second of the measured phase")
         .y_desc("replies / s")
+        .y_label_formatter(&|rps| format!("{rps:.0}"))
         .draw()
         .map_err(err)?;
     for (i, (label, report)) in series.iter().enumerate() {

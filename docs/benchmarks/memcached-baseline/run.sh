@@ -19,7 +19,8 @@ ncpu=$(nproc)
 server_cpu=$((ncpu - 1))
 gen_cpus=$([ "$ncpu" -ge 2 ] && echo "0-$((ncpu - 2))" || echo 0)
 user_flag=$([ "$(id -u)" -eq 0 ] && echo "-u root" || true)
-SERVER_CMD="${SERVER_CMD:-memcached -p {port} -l 127.0.0.1 -t 1 -m {memory_mb} -U 0 $user_flag}"
+default_cmd="memcached -p {port} -l 127.0.0.1 -t 1 -m {memory_mb} -U 0 $user_flag"
+SERVER_CMD="${SERVER_CMD:-$default_cmd}"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 start_server() { # $1 = memory MiB

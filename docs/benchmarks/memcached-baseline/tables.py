@@ -48,7 +48,7 @@ if seed:
         for size in ["100", "1k", "8k"]:
             label = {"100": "100 B", "1k": "1 KB", "8k": "8 KB"}[size]
             print(f"**Value size {label}**\n")
-            print("| GET ratio | Throughput (req/s) | avg rt (ms) | med rt (ms) | 95th rt (ms) | 99th rt (ms) | 99.9th rt (ms) | max (ms) | hit ratio | errors | late sends |")
+            print("| GET ratio | Throughput (req/s) | avg rt (ms) | med rt (ms) | 95th rt (ms) | 99th rt (ms) | 99.9th rt (ms) | max (ms) | hit ratio | errors | late sends (generator lag) |")
             print("|---|---|---|---|---|---|---|---|---|---|---|")
             for ratio in ["0.1", "0.5", "0.9"]:
                 r = seed.get(f"seed004-{mode}-r{ratio}-v{size}.json")
@@ -59,7 +59,7 @@ if seed:
                 hit = a["hit_ratio"]
                 print(f"| {ratio} | {a['throughput_rps']:.1f} | {l['mean_us']/1000:.3f} | {l['p50_us']/1000:.3f} | "
                       f"{l['p95_us']/1000:.3f} | {l['p99_us']/1000:.3f} | {l['p999_us']/1000:.3f} | {l['max_us']/1000:.3f} | "
-                      f"{'-' if hit is None else f'{hit:.3f}'} | {a['errors']} | {r['results']['late_sends']} |")
+                      f"{'-' if hit is None else f'{hit:.3f}'} | {a['errors']} | {r['results']['late_sends']} ({r['results'].get('late_sends_generator', '?')}) |")
             print()
         example = seed.get(f"seed004-{mode}-r0.9-v1k.json")
         if example:
