@@ -641,45 +641,34 @@ impl Worker {
         let measured = intended >= self.measure_start_ns;
         let fill = self.fills.pop_front();
         let conn = &mut self.conns[i];
-        let (op, keys, key) = match fill {
-            Some(key) => {
-                let len = self.gen_.next_value_len();
-                let key_bytes = self.gen_.workload().keys.key(key);
-                let value = self.gen_.pool().value(len);
-                wire::encode_set(
+        let gen_ = &mut self.gen_;
+        let (op, keys, key) = match fill.map_or_else(|| gen_.next_op(), |_| OpKind::Set) {
+            OpKind::Get => {
+                let n = gen_.workload().multiget;
+                let mut first = 0;
+                wire::encode_get_with(&mut conn.out, n, |k, out| {
+                    let key = gen_.next_key();
+                    if k == 0 {
+                        first = key;
+                    }
+                    gen_.workload().keys.write_key(key, out);
+                });
+                (OpKind::Get, n as u32, first)
+            }
+            OpKind::Set => {
+                // A read-through fill sets the key that missed; otherwise draw one.
+                let key = fill.unwrap_or_else(|| gen_.next_key());
+                let len = gen_.next_value_len();
+                let (workload, value) = (gen_.workload(), gen_.pool().value(len));
+                wire::encode_set_with(
                     &mut conn.out,
-                    &key_bytes,
+                    |out| workload.keys.write_key(key, out),
                     0,
-                    self.gen_.workload().ttl_secs,
+                    workload.ttl_secs,
                     value,
                 );
                 (OpKind::Set, 1, key)
             }
-            None => match self.gen_.next_op() {
-                OpKind::Get => {
-                    let n = self.gen_.workload().multiget;
-                    let mut first = 0;
-                    let gen_ = &mut self.gen_;
-                    wire::encode_get_with(&mut conn.out, n, |k, out| {
-                        let key = gen_.next_key();
-                        if k == 0 {
-                            first = key;
-                        }
-                        gen_.workload().keys.write_key(key, out);
-                    });
-                    (OpKind::Get, n as u32, first)
-                }
-                OpKind::Set => {
-                    let key = self.gen_.next_key();
-                    let mut key_bytes = Vec::with_capacity(self.gen_.workload().keys.key_len());
-                    self.gen_.workload().keys.write_key(key, &mut key_bytes);
-                    let ttl = self.gen_.workload().ttl_secs;
-                    let len = self.gen_.next_value_len();
-                    let value = self.gen_.pool().value(len);
-                    wire::encode_set(&mut conn.out, &key_bytes, 0, ttl, value);
-                    (OpKind::Set, 1, key)
-                }
-            },
         };
         conn.in_flight.push_back(InFlight {
             op,

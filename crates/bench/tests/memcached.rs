@@ -306,3 +306,29 @@ fn compare_runs_memcached_against_itself() {
     assert_eq!(hit.ratio_b_over_a.median, 1.0, "both sides preloaded");
     assert!(report.table().contains("throughput_rps"));
 }
+
+#[test]
+fn read_through_fills_each_missing_key_once() {
+    let server = memcached(64);
+    // One connection, one request in flight: a fill is always the request right after its
+    // miss, so each of the 50 keys misses exactly once and is then found.
+    let load = load_args(&[
+        "-c",
+        "1",
+        "--requests",
+        "3000",
+        "--keys",
+        "50",
+        "--get-ratio",
+        "1",
+        "--set-on-miss",
+    ]);
+    let report = cellcache_bench::run_load(&[server.addr], &load, false).unwrap();
+    check_accounting(&report);
+    let r = &report.results;
+    let (gets, sets) = (&r.ops["get"], &r.ops["set"]);
+    assert_eq!(gets.misses, 50, "every key misses once");
+    assert_eq!(sets.replies, gets.misses, "one fill per miss");
+    assert_eq!(gets.hits + gets.misses, gets.replies);
+    assert_eq!(gets.sent + sets.sent, 3000);
+}
