@@ -137,7 +137,7 @@ pub enum EngineError {
 /// Live counters the caller may read while the run goes on (for a progress bar).
 #[derive(Debug, Default)]
 pub struct Progress {
-    /// Replies and errors so far, all phases.
+    /// Measured requests finished so far (replies and errors; warm-up excluded).
     pub completed: AtomicU64,
     /// Nanoseconds since the run's clock started, as last seen by a thread.
     pub elapsed_ns: AtomicU64,
@@ -780,7 +780,7 @@ impl Worker {
                 }
             };
             conn.in_flight.pop_front();
-            self.completed += 1;
+            self.completed += u64::from(front.measured);
             self.record(front, outcome, now);
         }
         let conn = &mut self.conns[i];
@@ -828,8 +828,8 @@ impl Worker {
         self.connections_failed += 1;
         let lost: Vec<InFlight> = conn.in_flight.drain(..).collect();
         for req in lost {
-            self.completed += 1;
             if req.measured {
+                self.completed += 1;
                 self.stats.error(req.op, kind);
             }
         }

@@ -200,6 +200,7 @@ fn spawn_progress_bar(
             std::thread::sleep(PROGRESS_INTERVAL);
             let done = progress.completed.load(Ordering::Relaxed);
             let elapsed = started.elapsed().as_secs_f64();
+            let measuring = (elapsed - warmup).max(0.0);
             let fraction = match stop {
                 StopAfter::Duration { secs } => elapsed / (warmup + secs),
                 StopAfter::Requests { count } => done as f64 / count as f64,
@@ -213,13 +214,17 @@ fn spawn_progress_bar(
             };
             let _ = write!(
                 stderr,
-                "\r[{}{}] {:>3.0}% {phase} {:.1}s  {} replies  {:.0} req/s   ",
+                "\r[{}{}] {:>3.0}% {phase} {:.1}s  {} done  {:.0} req/s   ",
                 "#".repeat(filled),
                 " ".repeat(BAR_WIDTH - filled),
                 fraction * 100.0,
                 elapsed,
                 done,
-                done as f64 / elapsed.max(1e-9)
+                if measuring > 0.0 {
+                    done as f64 / measuring
+                } else {
+                    0.0
+                }
             );
             let _ = stderr.flush();
         }
