@@ -332,3 +332,44 @@ fn read_through_fills_each_missing_key_once() {
     assert_eq!(gets.hits + gets.misses, gets.replies);
     assert_eq!(gets.sent + sets.sent, 3000);
 }
+
+#[test]
+fn several_servers_share_the_connections_and_are_all_preloaded() {
+    let (a, b) = (memcached(16), memcached(16));
+    let load = load_args(&[
+        "-c",
+        "4",
+        "--requests",
+        "4000",
+        "--keys",
+        "200",
+        "--preload",
+        "--get-ratio",
+        "1",
+    ]);
+    let report = cellcache_bench::run_load(&[a.addr, b.addr], &load, false).unwrap();
+    check_accounting(&report);
+    assert_eq!(report.config.servers.len(), 2);
+    assert_eq!(
+        report.results.ops["get"].hit_ratio,
+        Some(1.0),
+        "each server got the whole key space"
+    );
+    for server in [&a, &b] {
+        let mut client = cellcache_bench::client::BlockingClient::connect(
+            server.addr,
+            Duration::from_secs(1),
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        let stats = client.stats().unwrap();
+        let gets: u64 = stats["cmd_get"].parse().unwrap();
+        let items: u64 = stats["curr_items"].parse().unwrap();
+        assert!(
+            gets >= 1000,
+            "{} served {gets} gets: connections are spread over servers",
+            server.addr
+        );
+        assert_eq!(items, 200, "{} holds the preloaded key space", server.addr);
+    }
+}
