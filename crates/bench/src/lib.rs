@@ -12,6 +12,11 @@
 //! blocking control connection (readiness, stats, preload); [`capacity`] and [`compare`] are the
 //! experiments built on top; [`affinity`] pins threads.
 
+// Unsafe code is confined to the two modules that call the OS directly (CPU affinity and
+// thread CPU time; timerfd), each block with its SAFETY argument and a test that runs it.
+#![deny(unsafe_code)]
+
+#[allow(unsafe_code)]
 pub mod affinity;
 pub mod args;
 pub mod capacity;
@@ -22,6 +27,7 @@ pub mod plot;
 pub mod report;
 pub mod schedule;
 pub mod stats;
+#[allow(unsafe_code)]
 pub mod timer;
 pub mod wire;
 pub mod workload;
