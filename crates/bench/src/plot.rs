@@ -31,7 +31,8 @@ const NINES_MAX: f64 = 5.0;
 /// `cellcache bench plot`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct PlotArgs {
-    /// A JSON report written by `cellcache bench --json`/`--output`; repeat to overlay runs.
+    /// A JSON report written by `cellcache bench --json`/`--output` (or by `bench compare`,
+    /// whose load runs are drawn one series each); repeat to overlay runs.
     /// `LABEL=PATH` sets the series label (default: the file stem).
     #[arg(long = "json", required = true)]
     pub reports: Vec<String>,
@@ -62,15 +63,39 @@ pub fn run(args: PlotArgs) -> anyhow::Result<()> {
         };
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("reading {}", path.display()))?;
-        let report: RunReport =
-            serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
-        series.push((label, report));
+        series.extend(
+            parse_reports(&label, &text).with_context(|| format!("parsing {}", path.display()))?,
+        );
     }
     let written = render(&series, &args.out, args.font.as_deref(), &args.title)?;
     for path in written {
         println!("{}", path.display());
     }
     Ok(())
+}
+
+/// The run reports in one JSON file: a `bench` report, or every load run of a `bench compare`
+/// report (labelled `<side> #<repetition>`).
+fn parse_reports(label: &str, text: &str) -> anyhow::Result<Vec<(String, RunReport)>> {
+    let value: serde_json::Value = serde_json::from_str(text)?;
+    if value.get("schema").and_then(|s| s.as_str()) == Some(crate::compare::COMPARE_SCHEMA) {
+        let compare: crate::compare::CompareReport = serde_json::from_value(value)?;
+        let runs: Vec<(String, RunReport)> = compare
+            .runs
+            .into_iter()
+            .filter_map(|run| match run.result {
+                crate::compare::SideResult::Load(report) => {
+                    Some((format!("{} #{}", run.side, run.repetition + 1), *report))
+                }
+                crate::compare::SideResult::Capacity(_) => None,
+            })
+            .collect();
+        if runs.is_empty() {
+            bail!("{label}: a capacity comparison has no latency or throughput to plot");
+        }
+        return Ok(runs);
+    }
+    Ok(vec![(label.to_owned(), serde_json::from_value(value)?)])
 }
 
 /// Registers the font once per process; plotters keeps a global font table.

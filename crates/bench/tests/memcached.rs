@@ -305,6 +305,26 @@ fn compare_runs_memcached_against_itself() {
         .unwrap();
     assert_eq!(hit.ratio_b_over_a.median, 1.0, "both sides preloaded");
     assert!(report.table().contains("throughput_rps"));
+    // The plotter draws every load run of a comparison report.
+    let dir = std::env::temp_dir().join(format!(
+        "cellcache-bench-compare-plot-{}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("compare.json");
+    std::fs::write(&json, serde_json::to_string(&report).unwrap()).unwrap();
+    cellcache_bench::plot::run(cellcache_bench::plot::PlotArgs {
+        reports: vec![json.display().to_string()],
+        out: dir.clone(),
+        font: None,
+        title: "compare".into(),
+    })
+    .expect("plotting needs a TrueType font: `apt-get install fonts-dejavu-core`");
+    let svg = std::fs::read_to_string(dir.join("throughput.svg")).unwrap();
+    for series in ["mc1 #1", "mc2 #1", "mc1 #2", "mc2 #2"] {
+        assert!(svg.contains(series), "series {series} drawn");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
