@@ -169,6 +169,30 @@ where
     }
 }
 
+/// Throughput points, one per second at its midpoint. The last second is usually partial (the
+/// run ends inside it): its count is scaled to a rate over the part the run covered, and a
+/// sliver under [`PARTIAL_BUCKET_MIN`] of a second (drain stragglers) is left out rather than
+/// drawn as a collapse to zero.
+fn timeline_points(timeline: &[u64], measured_secs: f64) -> Vec<(f64, f64)> {
+    let last = timeline.len().saturating_sub(1);
+    timeline
+        .iter()
+        .enumerate()
+        .filter_map(|(second, &count)| {
+            let covered = if second == last {
+                (measured_secs - second as f64).clamp(0.0, 1.0)
+            } else {
+                1.0
+            };
+            (covered >= PARTIAL_BUCKET_MIN)
+                .then(|| (second as f64 + covered / 2.0, count as f64 / covered))
+        })
+        .collect()
+}
+
+/// Shortest partial last second drawn in a throughput plot.
+const PARTIAL_BUCKET_MIN: f64 = 0.1;
+
 fn nines(quantile: f64) -> f64 {
     if quantile >= 1.0 {
         NINES_MAX
@@ -297,14 +321,7 @@ where
         .map_err(err)?;
     for (i, (label, report)) in series.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
-        // Each bucket is drawn at its midpoint; the last bucket may be partial (drain).
-        let points: Vec<(f64, f64)> = report
-            .results
-            .timeline_rps
-            .iter()
-            .enumerate()
-            .map(|(s, &n)| (s as f64 + 0.5, n as f64))
-            .collect();
+        let points = timeline_points(&report.results.timeline_rps, report.results.measured_secs);
         chart
             .draw_series(LineSeries::new(points, color.stroke_width(2)))
             .map_err(err)?
@@ -321,4 +338,26 @@ where
         .draw()
         .map_err(err)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partial_last_second_is_scaled_or_dropped() {
+        // 3 full seconds and a drain sliver: the sliver is not drawn.
+        assert_eq!(
+            timeline_points(&[10, 20, 30, 2], 3.001),
+            vec![(0.5, 10.0), (1.5, 20.0), (2.5, 30.0)]
+        );
+        // A request-count run that ended 0.5 s into its second second: scaled to a rate.
+        assert_eq!(
+            timeline_points(&[100, 40], 1.5),
+            vec![(0.5, 100.0), (1.25, 80.0)]
+        );
+        assert!(timeline_points(&[], 0.0).is_empty());
+        assert!((nines(0.99) - 2.0).abs() < 1e-9);
+        assert_eq!(nines(1.0), NINES_MAX);
+    }
 }
