@@ -132,6 +132,10 @@ pub struct LoadArgs {
     /// TCP connect timeout.
     #[arg(long, value_parser = parse_duration, default_value = "2s")]
     pub connect_timeout: Duration,
+    /// Open loop: when the next arrival is closer than this, busy-poll instead of sleeping
+    /// (sleeps end on a timerfd, whose wake-up takes tens of µs on a busy machine). 0 = never spin.
+    #[arg(long, value_parser = parse_duration, default_value = "100us")]
+    pub spin_threshold: Duration,
 }
 
 impl LoadArgs {
@@ -162,6 +166,7 @@ impl LoadArgs {
             late_threshold: self.late_threshold,
             backlog_max: self.backlog_max,
             connect_timeout: self.connect_timeout,
+            spin_threshold: self.spin_threshold,
             cpus: self.cpus.clone().map(|c| c.0).unwrap_or_default(),
             set_on_miss: self.set_on_miss,
             seed: self.seed,
@@ -219,6 +224,8 @@ pub enum BenchCommand {
     Plot(crate::plot::PlotArgs),
     /// Count how many items fit in a server before it evicts, and the implied overhead per item.
     Capacity(crate::capacity::CapacityArgs),
+    /// Side by side: memcached (A) against cellcache (B), interleaved repetitions, ratios B/A.
+    Compare(Box<crate::CompareArgs>),
 }
 
 /// Resolves `HOST:PORT` strings to socket addresses.

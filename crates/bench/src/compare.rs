@@ -141,7 +141,7 @@ pub struct MetricComparison {
 #[serde(rename_all = "snake_case", tag = "experiment")]
 pub enum SideResult {
     Load(Box<RunReport>),
-    Capacity(CapacityReport),
+    Capacity(Box<CapacityReport>),
 }
 
 /// One run of one side.
@@ -387,7 +387,7 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<CompareReport> {
                     SideResult::Load(Box::new(crate::run_load(&[server.addr], &load, false)?))
                 }
                 Experiment::Capacity => {
-                    SideResult::Capacity(capacity::measure(server.addr, &args.capacity)?)
+                    SideResult::Capacity(Box::new(capacity::measure(server.addr, &args.capacity)?))
                 }
             };
             drop(server);
@@ -575,7 +575,7 @@ mod tests {
     #[test]
     fn ratios_pair_repetitions() {
         let cap = |items: u64| {
-            SideResult::Capacity(CapacityReport {
+            SideResult::Capacity(Box::new(CapacityReport {
                 server: String::new(),
                 server_version: String::new(),
                 limit_bytes: 1000,
@@ -587,7 +587,7 @@ mod tests {
                 bytes_per_item: 1000.0 / items as f64,
                 overhead_bytes_per_item: 0.0,
                 machine: Machine::default(),
-            })
+            }))
         };
         let runs = vec![
             CompareRun {

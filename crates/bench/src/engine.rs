@@ -80,8 +80,9 @@ pub struct EngineConfig {
     pub late_threshold: Duration,
     /// Open loop: due requests waiting for a free connection slot, per thread. Default 100 000.
     pub backlog_max: usize,
-    /// Open loop: when the next arrival is closer than this, busy-poll instead of sleeping,
-    /// because the OS timer's millisecond granularity would make sends late. Default 1 ms.
+    /// Open loop: when the next arrival is closer than this, busy-poll instead of sleeping.
+    /// The sleep before it ends on a timerfd (microsecond resolution) on Linux; elsewhere on
+    /// epoll's millisecond timeout, where 1 ms is the right value. Default 100 µs.
     pub spin_threshold: Duration,
     /// TCP connect timeout. Default 2 s.
     pub connect_timeout: Duration,
@@ -108,7 +109,7 @@ impl Default for EngineConfig {
             drain_timeout: Duration::from_secs(5),
             late_threshold: Duration::from_millis(1),
             backlog_max: 100_000,
-            spin_threshold: Duration::from_millis(1),
+            spin_threshold: Duration::from_micros(100),
             connect_timeout: Duration::from_secs(2),
             cpus: Vec::new(),
             set_on_miss: false,
@@ -136,7 +137,7 @@ pub enum EngineError {
 /// Live counters the caller may read while the run goes on (for a progress bar).
 #[derive(Debug, Default)]
 pub struct Progress {
-    /// Replies and errors so far, all phases.
+    /// Measured requests finished so far (replies and errors; warm-up excluded).
     pub completed: AtomicU64,
     /// Nanoseconds since the run's clock started, as last seen by a thread.
     pub elapsed_ns: AtomicU64,
@@ -330,7 +331,13 @@ struct Worker {
     issue_end_ns: u64,
     connections_failed: u64,
     completed: u64,
+    /// Open loop on Linux: wakes the poll just before the next arrival.
+    #[cfg(target_os = "linux")]
+    timer: Option<crate::timer::WakeTimer>,
 }
+
+/// Poll token of the wake timer (connections use their index).
+const TIMER_TOKEN: Token = Token(usize::MAX - 1);
 
 impl Worker {
     fn new(
@@ -360,6 +367,8 @@ impl Worker {
             issue_end_ns,
             connections_failed: 0,
             completed: 0,
+            #[cfg(target_os = "linux")]
+            timer: None,
         }
     }
 
@@ -396,6 +405,18 @@ impl Worker {
             })?;
         }
         let poll = Poll::new().map_err(EngineError::Poll)?;
+        #[cfg(target_os = "linux")]
+        if matches!(self.config.mode, LoadMode::Open { .. }) {
+            let timer = crate::timer::WakeTimer::new().map_err(EngineError::Poll)?;
+            poll.registry()
+                .register(
+                    &mut mio::unix::SourceFd(&timer.raw_fd()),
+                    TIMER_TOKEN,
+                    Interest::READABLE,
+                )
+                .map_err(EngineError::Poll)?;
+            self.timer = Some(timer);
+        }
         for (i, &addr) in addrs.iter().enumerate() {
             let connect = |source| EngineError::Connect { addr, source };
             let std_stream =
@@ -488,6 +509,13 @@ impl Worker {
                 Err(e) => return Err(EngineError::Poll(e)),
             }
             for event in events.iter() {
+                if event.token() == TIMER_TOKEN {
+                    #[cfg(target_os = "linux")]
+                    if let Some(timer) = &self.timer {
+                        timer.clear();
+                    }
+                    continue;
+                }
                 let i = event.token().0;
                 if i >= self.conns.len() || !self.conns[i].alive {
                     continue;
@@ -522,8 +550,19 @@ impl Worker {
                 if next <= now.saturating_add(spin) {
                     return Duration::ZERO;
                 }
-                // Wake a spin-threshold early: the OS may round the timeout up.
-                wake = wake.min(next - spin);
+                let wake_for_arrival = next - spin;
+                #[cfg(target_os = "linux")]
+                if let Some(timer) = &self.timer
+                    && wake_for_arrival < wake
+                    && timer
+                        .arm(Duration::from_nanos(wake_for_arrival - now))
+                        .is_ok()
+                {
+                    // The timer wakes the poll precisely; the poll timeout stays a backstop.
+                    return Duration::from_nanos(wake.saturating_sub(now));
+                }
+                // Without a timer, wake a spin-threshold early: epoll rounds up to milliseconds.
+                wake = wake.min(wake_for_arrival);
             }
         }
         if let Some(deadline) = drain_deadline {
@@ -539,7 +578,7 @@ impl Worker {
                 && self.conns[i].in_flight.len() < self.config.pipeline
                 && self.quota != Some(0)
             {
-                self.issue(i, now, now);
+                self.issue(i, now, now, false);
             }
         }
     }
@@ -559,7 +598,7 @@ impl Worker {
                 self.quota = self.quota.map(|q| q - 1);
             }
             match self.free_conn() {
-                Some(i) if self.backlog.is_empty() => self.issue(i, intended, now),
+                Some(i) if self.backlog.is_empty() => self.issue(i, intended, now, false),
                 _ if self.backlog.len() < self.config.backlog_max => {
                     self.backlog.push_back(intended)
                 }
@@ -576,7 +615,7 @@ impl Worker {
         while !self.backlog.is_empty() {
             let Some(i) = self.free_conn() else { break };
             if let Some(intended) = self.backlog.pop_front() {
-                self.issue(i, intended, now);
+                self.issue(i, intended, now, true);
             }
         }
     }
@@ -596,49 +635,40 @@ impl Worker {
     }
 
     /// Encodes one request on connection `i`. `intended` is when it should have been sent.
-    fn issue(&mut self, i: usize, intended: u64, now: u64) {
+    /// `from_backlog` says whether the request waited for a free slot; a late send that did
+    /// not is the generator's own lag (it was descheduled or too busy).
+    fn issue(&mut self, i: usize, intended: u64, now: u64, from_backlog: bool) {
         let measured = intended >= self.measure_start_ns;
         let fill = self.fills.pop_front();
         let conn = &mut self.conns[i];
-        let (op, keys, key) = match fill {
-            Some(key) => {
-                let len = self.gen_.next_value_len();
-                let key_bytes = self.gen_.workload().keys.key(key);
-                let value = self.gen_.pool().value(len);
-                wire::encode_set(
+        let gen_ = &mut self.gen_;
+        let (op, keys, key) = match fill.map_or_else(|| gen_.next_op(), |_| OpKind::Set) {
+            OpKind::Get => {
+                let n = gen_.workload().multiget;
+                let mut first = 0;
+                wire::encode_get_with(&mut conn.out, n, |k, out| {
+                    let key = gen_.next_key();
+                    if k == 0 {
+                        first = key;
+                    }
+                    gen_.workload().keys.write_key(key, out);
+                });
+                (OpKind::Get, n as u32, first)
+            }
+            OpKind::Set => {
+                // A read-through fill sets the key that missed; otherwise draw one.
+                let key = fill.unwrap_or_else(|| gen_.next_key());
+                let len = gen_.next_value_len();
+                let (workload, value) = (gen_.workload(), gen_.pool().value(len));
+                wire::encode_set_with(
                     &mut conn.out,
-                    &key_bytes,
+                    |out| workload.keys.write_key(key, out),
                     0,
-                    self.gen_.workload().ttl_secs,
+                    workload.ttl_secs,
                     value,
                 );
                 (OpKind::Set, 1, key)
             }
-            None => match self.gen_.next_op() {
-                OpKind::Get => {
-                    let n = self.gen_.workload().multiget;
-                    let mut first = 0;
-                    let gen_ = &mut self.gen_;
-                    wire::encode_get_with(&mut conn.out, n, |k, out| {
-                        let key = gen_.next_key();
-                        if k == 0 {
-                            first = key;
-                        }
-                        gen_.workload().keys.write_key(key, out);
-                    });
-                    (OpKind::Get, n as u32, first)
-                }
-                OpKind::Set => {
-                    let key = self.gen_.next_key();
-                    let mut key_bytes = Vec::with_capacity(self.gen_.workload().keys.key_len());
-                    self.gen_.workload().keys.write_key(key, &mut key_bytes);
-                    let ttl = self.gen_.workload().ttl_secs;
-                    let len = self.gen_.next_value_len();
-                    let value = self.gen_.pool().value(len);
-                    wire::encode_set(&mut conn.out, &key_bytes, 0, ttl, value);
-                    (OpKind::Set, 1, key)
-                }
-            },
         };
         conn.in_flight.push_back(InFlight {
             op,
@@ -653,6 +683,9 @@ impl Worker {
                 && now.saturating_sub(intended) > self.config.late_threshold.as_nanos() as u64
             {
                 self.stats.late_sends += 1;
+                if !from_backlog {
+                    self.stats.late_sends_generator += 1;
+                }
             }
             if let (Some(q), LoadMode::Closed) = (self.quota.as_mut(), self.config.mode) {
                 *q -= 1;
@@ -747,7 +780,7 @@ impl Worker {
                 }
             };
             conn.in_flight.pop_front();
-            self.completed += 1;
+            self.completed += u64::from(front.measured);
             self.record(front, outcome, now);
         }
         let conn = &mut self.conns[i];
@@ -795,8 +828,8 @@ impl Worker {
         self.connections_failed += 1;
         let lost: Vec<InFlight> = conn.in_flight.drain(..).collect();
         for req in lost {
-            self.completed += 1;
             if req.measured {
+                self.completed += 1;
                 self.stats.error(req.op, kind);
             }
         }

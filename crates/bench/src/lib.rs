@@ -12,6 +12,11 @@
 //! blocking control connection (readiness, stats, preload); [`capacity`] and [`compare`] are the
 //! experiments built on top; [`affinity`] pins threads.
 
+// Unsafe code is confined to the two modules that call the OS directly (CPU affinity and
+// thread CPU time; timerfd), each block with its SAFETY argument and a test that runs it.
+#![deny(unsafe_code)]
+
+#[allow(unsafe_code)]
 pub mod affinity;
 pub mod args;
 pub mod capacity;
@@ -22,6 +27,8 @@ pub mod plot;
 pub mod report;
 pub mod schedule;
 pub mod stats;
+#[allow(unsafe_code)]
+pub mod timer;
 pub mod wire;
 pub mod workload;
 
@@ -53,6 +60,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.command {
         Some(BenchCommand::Plot(plot)) => return plot::run(plot),
         Some(BenchCommand::Capacity(cap)) => return capacity::run(cap),
+        Some(BenchCommand::Compare(compare)) => return run_compare(*compare),
         None => {}
     }
     let servers = args::resolve_servers(&args.servers)?;
@@ -198,6 +206,7 @@ fn spawn_progress_bar(
             std::thread::sleep(PROGRESS_INTERVAL);
             let done = progress.completed.load(Ordering::Relaxed);
             let elapsed = started.elapsed().as_secs_f64();
+            let measuring = (elapsed - warmup).max(0.0);
             let fraction = match stop {
                 StopAfter::Duration { secs } => elapsed / (warmup + secs),
                 StopAfter::Requests { count } => done as f64 / count as f64,
@@ -211,13 +220,17 @@ fn spawn_progress_bar(
             };
             let _ = write!(
                 stderr,
-                "\r[{}{}] {:>3.0}% {phase} {:.1}s  {} replies  {:.0} req/s   ",
+                "\r[{}{}] {:>3.0}% {phase} {:.1}s  {} done  {:.0} req/s   ",
                 "#".repeat(filled),
                 " ".repeat(BAR_WIDTH - filled),
                 fraction * 100.0,
                 elapsed,
                 done,
-                done as f64 / elapsed.max(1e-9)
+                if measuring > 0.0 {
+                    done as f64 / measuring
+                } else {
+                    0.0
+                }
             );
             let _ = stderr.flush();
         }

@@ -31,7 +31,8 @@ const NINES_MAX: f64 = 5.0;
 /// `cellcache bench plot`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct PlotArgs {
-    /// A JSON report written by `cellcache bench --json`/`--output`; repeat to overlay runs.
+    /// A JSON report written by `cellcache bench --json`/`--output` (or by `bench compare`,
+    /// whose load runs are drawn one series each); repeat to overlay runs.
     /// `LABEL=PATH` sets the series label (default: the file stem).
     #[arg(long = "json", required = true)]
     pub reports: Vec<String>,
@@ -62,15 +63,39 @@ pub fn run(args: PlotArgs) -> anyhow::Result<()> {
         };
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("reading {}", path.display()))?;
-        let report: RunReport =
-            serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
-        series.push((label, report));
+        series.extend(
+            parse_reports(&label, &text).with_context(|| format!("parsing {}", path.display()))?,
+        );
     }
     let written = render(&series, &args.out, args.font.as_deref(), &args.title)?;
     for path in written {
         println!("{}", path.display());
     }
     Ok(())
+}
+
+/// The run reports in one JSON file: a `bench` report, or every load run of a `bench compare`
+/// report (labelled `<side> #<repetition>`).
+fn parse_reports(label: &str, text: &str) -> anyhow::Result<Vec<(String, RunReport)>> {
+    let value: serde_json::Value = serde_json::from_str(text)?;
+    if value.get("schema").and_then(|s| s.as_str()) == Some(crate::compare::COMPARE_SCHEMA) {
+        let compare: crate::compare::CompareReport = serde_json::from_value(value)?;
+        let runs: Vec<(String, RunReport)> = compare
+            .runs
+            .into_iter()
+            .filter_map(|run| match run.result {
+                crate::compare::SideResult::Load(report) => {
+                    Some((format!("{} #{}", run.side, run.repetition + 1), *report))
+                }
+                crate::compare::SideResult::Capacity(_) => None,
+            })
+            .collect();
+        if runs.is_empty() {
+            bail!("{label}: a capacity comparison has no latency or throughput to plot");
+        }
+        return Ok(runs);
+    }
+    Ok(vec![(label.to_owned(), serde_json::from_value(value)?)])
 }
 
 /// Registers the font once per process; plotters keeps a global font table.
@@ -144,6 +169,30 @@ where
     }
 }
 
+/// Throughput points, one per second at its midpoint. The last second is usually partial (the
+/// run ends inside it): its count is scaled to a rate over the part the run covered, and a
+/// sliver under [`PARTIAL_BUCKET_MIN`] of a second (drain stragglers) is left out rather than
+/// drawn as a collapse to zero.
+fn timeline_points(timeline: &[u64], measured_secs: f64) -> Vec<(f64, f64)> {
+    let last = timeline.len().saturating_sub(1);
+    timeline
+        .iter()
+        .enumerate()
+        .filter_map(|(second, &count)| {
+            let covered = if second == last {
+                (measured_secs - second as f64).clamp(0.0, 1.0)
+            } else {
+                1.0
+            };
+            (covered >= PARTIAL_BUCKET_MIN)
+                .then(|| (second as f64 + covered / 2.0, count as f64 / covered))
+        })
+        .collect()
+}
+
+/// Shortest partial last second drawn in a throughput plot.
+const PARTIAL_BUCKET_MIN: f64 = 0.1;
+
 fn nines(quantile: f64) -> f64 {
     if quantile >= 1.0 {
         NINES_MAX
@@ -196,6 +245,13 @@ where
         .configure_mesh()
         .x_desc("percentile")
         .y_desc("latency (µs, log)")
+        .y_label_formatter(&|us| {
+            if *us >= 1.0 {
+                format!("{us:.0}")
+            } else {
+                format!("{us:.2}")
+            }
+        })
         .x_labels(6)
         .x_label_formatter(&|x| match x.round() as i64 {
             0 => "p0".into(),
@@ -260,18 +316,12 @@ where
         .configure_mesh()
         .x_desc("second of the measured phase")
         .y_desc("replies / s")
+        .y_label_formatter(&|rps| format!("{rps:.0}"))
         .draw()
         .map_err(err)?;
     for (i, (label, report)) in series.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
-        // Each bucket is drawn at its midpoint; the last bucket may be partial (drain).
-        let points: Vec<(f64, f64)> = report
-            .results
-            .timeline_rps
-            .iter()
-            .enumerate()
-            .map(|(s, &n)| (s as f64 + 0.5, n as f64))
-            .collect();
+        let points = timeline_points(&report.results.timeline_rps, report.results.measured_secs);
         chart
             .draw_series(LineSeries::new(points, color.stroke_width(2)))
             .map_err(err)?
@@ -288,4 +338,26 @@ where
         .draw()
         .map_err(err)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partial_last_second_is_scaled_or_dropped() {
+        // 3 full seconds and a drain sliver: the sliver is not drawn.
+        assert_eq!(
+            timeline_points(&[10, 20, 30, 2], 3.001),
+            vec![(0.5, 10.0), (1.5, 20.0), (2.5, 30.0)]
+        );
+        // A request-count run that ended 0.5 s into its second second: scaled to a rate.
+        assert_eq!(
+            timeline_points(&[100, 40], 1.5),
+            vec![(0.5, 100.0), (1.25, 80.0)]
+        );
+        assert!(timeline_points(&[], 0.0).is_empty());
+        assert!((nines(0.99) - 2.0).abs() < 1e-9);
+        assert_eq!(nines(1.0), NINES_MAX);
+    }
 }

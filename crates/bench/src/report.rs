@@ -24,6 +24,9 @@ pub struct Machine {
     pub nproc: usize,
     pub cpu_model: String,
     pub kernel: String,
+    /// /proc/loadavg when the report was made: other work on the machine skews results.
+    #[serde(default)]
+    pub load_average: String,
 }
 
 impl Machine {
@@ -46,14 +49,19 @@ impl Machine {
             nproc: std::thread::available_parallelism().map_or(1, |n| n.get()),
             cpu_model,
             kernel: read("/proc/sys/kernel/osrelease"),
+            load_average: read("/proc/loadavg")
+                .split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" "),
         }
     }
 
     /// One line for tables: `2 cores, AMD EPYC, Linux 6.1`.
     pub fn describe(&self) -> String {
         format!(
-            "{} cores ({}), Linux {}",
-            self.nproc, self.cpu_model, self.kernel
+            "{} cores ({}), Linux {}, load average {}",
+            self.nproc, self.cpu_model, self.kernel, self.load_average
         )
     }
 }
@@ -114,13 +122,15 @@ pub struct GeneratorReport {
     /// Busiest generator thread's CPU time / wall time; near 1.0 the generator may be the
     /// bottleneck and the numbers understate the server.
     pub busiest_thread_utilization: f64,
-    /// True when `busiest_thread_utilization` exceeds [`GENERATOR_SATURATION`]: in a closed
-    /// loop, or in an open loop that could not keep up (late sends).
+    /// True when `busiest_thread_utilization` exceeds [`GENERATOR_SATURATION`], or when more
+    /// than [`GENERATOR_LATE_FRACTION`] of the sends were late by the generator's own lag.
     pub may_be_bottleneck: bool,
 }
 
 /// Above this utilisation a generator thread is considered saturated.
 pub const GENERATOR_SATURATION: f64 = 0.9;
+/// Above this fraction of sends late through the generator's own fault, it is a bottleneck.
+pub const GENERATOR_LATE_FRACTION: f64 = 0.01;
 
 /// What was measured.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -136,6 +146,10 @@ pub struct Results {
     pub dropped: u64,
     /// Open loop: sends later than the late threshold after their intended time.
     pub late_sends: u64,
+    /// Open loop: the late sends that had not waited for a connection slot — the generator's
+    /// own lag (a starved or saturated generator thread).
+    #[serde(default)]
+    pub late_sends_generator: u64,
     pub warmup_sent: u64,
     pub connections_failed: u64,
     /// Replies per second, second by second, over the measured phase.
@@ -197,6 +211,7 @@ pub fn results(engine: &EngineResult) -> Results {
     }
     total.latency = engine.stats.all_latency();
     let utilization = engine.generator_busiest_thread_utilization;
+    let sent = total.sent;
     Results {
         measured_secs: secs,
         wall_secs: engine.wall_secs,
@@ -205,13 +220,15 @@ pub fn results(engine: &EngineResult) -> Results {
         errors_by_kind: engine.stats.errors_by_kind.clone(),
         dropped: engine.stats.dropped,
         late_sends: engine.stats.late_sends,
+        late_sends_generator: engine.stats.late_sends_generator,
         warmup_sent: engine.stats.warmup_sent,
         connections_failed: engine.connections_failed,
         timeline_rps: engine.stats.timeline.clone(),
         generator: GeneratorReport {
             cpu_secs: engine.generator_cpu_secs,
             busiest_thread_utilization: utilization,
-            may_be_bottleneck: utilization > GENERATOR_SATURATION,
+            may_be_bottleneck: utilization > GENERATOR_SATURATION
+                || engine.stats.late_sends_generator as f64 > GENERATOR_LATE_FRACTION * sent as f64,
         },
     }
 }
@@ -316,7 +333,7 @@ impl RunReport {
             .collect();
         let _ = writeln!(
             s,
-            "sent {}  replies {}  errors {}{}  dropped {}  late {}  warm-up {}  failed conns {}",
+            "sent {}  replies {}  errors {}{}  dropped {}  late {} (generator lag {})  warm-up {}  failed conns {}",
             r.all.sent,
             r.all.replies,
             r.all.errors,
@@ -327,6 +344,7 @@ impl RunReport {
             },
             r.dropped,
             r.late_sends,
+            r.late_sends_generator,
             r.warmup_sent,
             r.connections_failed
         );

@@ -169,6 +169,9 @@ pub struct ThreadStats {
     /// Open loop: requests whose actual send lagged their intended time by more than the
     /// late threshold.
     pub late_sends: u64,
+    /// Open loop: late sends that had not waited for a free connection slot, i.e. the
+    /// generator itself was late (descheduled or saturated).
+    pub late_sends_generator: u64,
     /// Open loop: arrivals never sent because the backlog was full.
     pub dropped: u64,
     /// Replies completed per whole second of the measured phase, all kinds together.
@@ -214,6 +217,7 @@ impl ThreadStats {
             *self.errors_by_kind.entry(kind.clone()).or_default() += n;
         }
         self.late_sends += other.late_sends;
+        self.late_sends_generator += other.late_sends_generator;
         self.dropped += other.dropped;
         if self.timeline.len() < other.timeline.len() {
             self.timeline.resize(other.timeline.len(), 0);

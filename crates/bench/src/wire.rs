@@ -407,9 +407,26 @@ fn encode_retrieval<K: AsRef<[u8]>>(out: &mut Vec<u8>, verb: &[u8], keys: &[K]) 
 
 /// Appends `set <key> <flags> <ttl> <bytes>\r\n<value>\r\n`.
 pub fn encode_set(out: &mut Vec<u8>, key: &[u8], flags: u32, ttl_secs: i64, value: &[u8]) {
+    encode_set_with(
+        out,
+        |out| out.extend_from_slice(key),
+        flags,
+        ttl_secs,
+        value,
+    );
+}
+
+/// Like [`encode_set`], with the key written in place by `write_key` (no allocation).
+pub fn encode_set_with(
+    out: &mut Vec<u8>,
+    write_key: impl FnOnce(&mut Vec<u8>),
+    flags: u32,
+    ttl_secs: i64,
+    value: &[u8],
+) {
     use std::io::Write as _;
     out.extend_from_slice(b"set ");
-    out.extend_from_slice(key);
+    write_key(out);
     // Writing integers into a Vec cannot fail.
     let _ = write!(out, " {flags} {ttl_secs} {}\r\n", value.len());
     out.extend_from_slice(value);
@@ -444,11 +461,12 @@ mod tests {
             out.extend_from_slice(if i == 0 { b"p" } else { b"q" })
         });
         encode_set(&mut out, b"key", 7, 30, b"hello");
+        encode_set_with(&mut out, |out| out.extend_from_slice(b"k2"), 0, 0, b"");
         encode_version(&mut out);
         encode_stats(&mut out);
         assert_eq!(
             out,
-            b"get a\r\nget k1 k2 k3\r\ngets x\r\nget p q\r\nset key 7 30 5\r\nhello\r\nversion\r\nstats\r\n".as_slice()
+            b"get a\r\nget k1 k2 k3\r\ngets x\r\nget p q\r\nset key 7 30 5\r\nhello\r\nset k2 0 0 0\r\n\r\nversion\r\nstats\r\n".as_slice()
         );
     }
 

@@ -305,4 +305,91 @@ fn compare_runs_memcached_against_itself() {
         .unwrap();
     assert_eq!(hit.ratio_b_over_a.median, 1.0, "both sides preloaded");
     assert!(report.table().contains("throughput_rps"));
+    // The plotter draws every load run of a comparison report.
+    let dir = std::env::temp_dir().join(format!(
+        "cellcache-bench-compare-plot-{}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("compare.json");
+    std::fs::write(&json, serde_json::to_string(&report).unwrap()).unwrap();
+    cellcache_bench::plot::run(cellcache_bench::plot::PlotArgs {
+        reports: vec![json.display().to_string()],
+        out: dir.clone(),
+        font: None,
+        title: "compare".into(),
+    })
+    .expect("plotting needs a TrueType font: `apt-get install fonts-dejavu-core`");
+    let svg = std::fs::read_to_string(dir.join("throughput.svg")).unwrap();
+    for series in ["mc1 #1", "mc2 #1", "mc1 #2", "mc2 #2"] {
+        assert!(svg.contains(series), "series {series} drawn");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn read_through_fills_each_missing_key_once() {
+    let server = memcached(64);
+    // One connection, one request in flight: a fill is always the request right after its
+    // miss, so each of the 50 keys misses exactly once and is then found.
+    let load = load_args(&[
+        "-c",
+        "1",
+        "--requests",
+        "3000",
+        "--keys",
+        "50",
+        "--get-ratio",
+        "1",
+        "--set-on-miss",
+    ]);
+    let report = cellcache_bench::run_load(&[server.addr], &load, false).unwrap();
+    check_accounting(&report);
+    let r = &report.results;
+    let (gets, sets) = (&r.ops["get"], &r.ops["set"]);
+    assert_eq!(gets.misses, 50, "every key misses once");
+    assert_eq!(sets.replies, gets.misses, "one fill per miss");
+    assert_eq!(gets.hits + gets.misses, gets.replies);
+    assert_eq!(gets.sent + sets.sent, 3000);
+}
+
+#[test]
+fn several_servers_share_the_connections_and_are_all_preloaded() {
+    let (a, b) = (memcached(16), memcached(16));
+    let load = load_args(&[
+        "-c",
+        "4",
+        "--requests",
+        "4000",
+        "--keys",
+        "200",
+        "--preload",
+        "--get-ratio",
+        "1",
+    ]);
+    let report = cellcache_bench::run_load(&[a.addr, b.addr], &load, false).unwrap();
+    check_accounting(&report);
+    assert_eq!(report.config.servers.len(), 2);
+    assert_eq!(
+        report.results.ops["get"].hit_ratio,
+        Some(1.0),
+        "each server got the whole key space"
+    );
+    for server in [&a, &b] {
+        let mut client = cellcache_bench::client::BlockingClient::connect(
+            server.addr,
+            Duration::from_secs(1),
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        let stats = client.stats().unwrap();
+        let gets: u64 = stats["cmd_get"].parse().unwrap();
+        let items: u64 = stats["curr_items"].parse().unwrap();
+        assert!(
+            gets >= 1000,
+            "{} served {gets} gets: connections are spread over servers",
+            server.addr
+        );
+        assert_eq!(items, 200, "{} holds the preloaded key space", server.addr);
+    }
 }
