@@ -24,10 +24,10 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Print the effective configuration (defaults, file, environment and flags merged) as TOML.
     Config(serve::ServeArgs),
-    /// Load generator for any memcached-protocol server (closed or open loop, HDR latency).
+    /// Load generator for any memcached-protocol server (closed or open loop, HDR latency);
+    /// `bench compare` runs memcached and cellcache side by side, `bench capacity` fills until
+    /// evictions start, `bench plot` draws a report.
     Bench(Box<cellcache_bench::BenchArgs>),
-    /// Side by side: memcached and cellcache, same threads and memory, interleaved runs, ratios.
-    Compare(Box<cellcache_bench::CompareArgs>),
     /// Show which I/O engines this kernel allows (and why io_uring is not, when it is not).
     Engines(EnginesArgs),
 }
@@ -64,7 +64,6 @@ fn main() -> anyhow::Result<()> {
         Command::Serve(args) => serve::run(args),
         Command::Engines(args) => engines(args),
         Command::Bench(args) => cellcache_bench::run(*args),
-        Command::Compare(args) => cellcache_bench::run_compare(*args),
         Command::Config(args) => {
             let config = args.resolve()?;
             print!("{}", toml::to_string_pretty(&config)?);
