@@ -72,7 +72,14 @@ fn main() {
         .position(|a| a == "--csv")
         .and_then(|i| args.get(i + 1))
         .cloned()
-        .unwrap_or_else(|| "/work/shared/data/seed001-store-benchmark.csv".to_string());
+        .unwrap_or_else(|| {
+            // The seed's table travels with the repository (docs/benchmarks/data/).
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../docs/benchmarks/data/seed001-store-benchmark.csv"
+            )
+            .to_string()
+        });
     let only: Option<u32> = args
         .iter()
         .position(|a| a == "--test")
