@@ -64,7 +64,7 @@ pub enum FrameKind {
     ForwardReply = 3,
     /// Master → backup: replication records ([`payload::ReplicationRecord`]).
     Replicate = 4,
-    /// Backup → master: highest applied sequence ([`payload::ReplicateAck`]).
+    /// Backup → master: highest applied sequence ([`payload::RangeSeq`]).
     ReplicateAck = 5,
     /// Ring control traffic (heartbeats, lease grants): a serialized ring message.
     Heartbeat = 6,

@@ -3,6 +3,7 @@
 //! committed after failover. Every wait is bounded in iterations.
 
 use std::collections::BTreeSet;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use super::*;
