@@ -282,3 +282,137 @@ fn newer_epoch_from_peer_asks_for_the_map() {
             .contains(&Output::NeedMap { from: id("2") })
     );
 }
+
+fn proposals(outputs: &[Output]) -> Vec<Change> {
+    outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Propose(p) => Some(p.change.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn division_parent_streams_then_proposes_the_flip_or_the_abort() {
+    let cfg = RingConfig::default();
+    let map = two_cells();
+    let begin = |map: &ClusterMap, n| {
+        apply(
+            map,
+            &Proposal {
+                based_on_epoch: map.epoch(),
+                change: Change::BeginDivision {
+                    parent: id("1"),
+                    child_address: addr(n),
+                },
+            },
+        )
+        .unwrap()
+    };
+    let dividing = begin(&map, 7);
+    let mut x = Ring::new(id("1"), map.clone(), cfg, 0);
+    x.drain_outputs();
+    x.request_division(addr(7), 0);
+    assert_eq!(
+        proposals(&x.drain_outputs()),
+        [Change::BeginDivision {
+            parent: id("1"),
+            child_address: addr(7)
+        }]
+    );
+    x.install_map(dividing.clone(), 10);
+    let out = x.drain_outputs();
+    let range = map.cell(&id("1")).unwrap().range.unwrap();
+    assert!(out.contains(&Output::StartHandOff {
+        child: id("1.5"),
+        range
+    }));
+    x.tick(20);
+    assert!(
+        proposals(&x.drain_outputs()).is_empty(),
+        "no flip before the child caught up"
+    );
+    x.handoff_caught_up(&id("1.5"));
+    x.tick(30);
+    assert_eq!(
+        proposals(&x.drain_outputs()),
+        [Change::CompleteDivision { child: id("1.5") }]
+    );
+
+    // A child that never catches up is abandoned.
+    let mut y = Ring::new(id("1"), map.clone(), cfg, 0);
+    y.install_map(begin(&map, 8), 0);
+    y.drain_outputs();
+    y.tick(cfg.handoff_timeout_ms);
+    assert!(proposals(&y.drain_outputs()).contains(&Change::AbortDivision { child: id("1.5") }));
+}
+
+#[test]
+fn absorbing_successor_completes_after_resyncs_both_ways() {
+    // Three cells 1, 2, 3 (r = 2); cell 2 dies; cell 3 takes its range.
+    let cfg = RingConfig::default();
+    let mut map = two_cells();
+    map = apply(
+        &map,
+        &Proposal {
+            based_on_epoch: map.epoch(),
+            change: Change::BeginDivision {
+                parent: id("2"),
+                child_address: addr(2),
+            },
+        },
+    )
+    .unwrap();
+    map = apply(
+        &map,
+        &Proposal {
+            based_on_epoch: map.epoch(),
+            change: Change::CompleteDivision { child: id("3") },
+        },
+    )
+    .unwrap();
+    let fenced = apply(
+        &map,
+        &Proposal {
+            based_on_epoch: map.epoch(),
+            change: Change::Fence { cell: id("2") },
+        },
+    )
+    .unwrap();
+    let mut s = Ring::new(id("3"), map.clone(), cfg, 0);
+    s.drain_outputs();
+    s.install_map(fenced.clone(), 10);
+    let out = s.drain_outputs();
+    let new_range = fenced.cell(&id("3")).unwrap().range.unwrap();
+    assert!(
+        out.contains(&Output::Resync {
+            to: id("1"),
+            range: new_range
+        }),
+        "{out:?}"
+    );
+    s.tick(20);
+    assert!(proposals(&s.drain_outputs()).is_empty(), "resyncs pending");
+    s.resync_done(&id("1"), new_range);
+    s.tick(30);
+    assert!(
+        proposals(&s.drain_outputs()).is_empty(),
+        "still waiting for the predecessor's resync"
+    );
+    s.resync_received(&id("1"));
+    s.tick(40);
+    assert_eq!(
+        proposals(&s.drain_outputs()),
+        [Change::CompleteAbsorption { departed: id("2") }]
+    );
+    // The predecessor re-sends its range to its new backup.
+    let mut p = Ring::new(id("1"), map, cfg, 0);
+    p.drain_outputs();
+    p.install_map(fenced.clone(), 10);
+    let p_range = fenced.cell(&id("1")).unwrap().range.unwrap();
+    assert!(p.drain_outputs().contains(&Output::Resync {
+        to: id("3"),
+        range: p_range
+    }));
+}
