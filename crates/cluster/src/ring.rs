@@ -44,7 +44,7 @@ use crate::id::CellId;
 use crate::map::{AbsorptionReason, CellAddress, CellState, ClusterMap, Migration};
 use crate::range::HashRange;
 
-pub use interface::{Output, RingConfig, RingMessage};
+pub use interface::{Output, RING_MESSAGE_BYTES_MAX, RingConfig, RingMessage, RingMessageError};
 
 #[derive(Debug, Clone, Copy)]
 struct Lease {

@@ -8,6 +8,20 @@ use crate::change::Proposal;
 use crate::id::CellId;
 use crate::range::HashRange;
 
+/// Largest encoded ring message accepted by [`RingMessage::decode`]; real ones are < 200 bytes.
+pub const RING_MESSAGE_BYTES_MAX: usize = 4096;
+
+/// Why ring message bytes were refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RingMessageError {
+    /// Longer than [`RING_MESSAGE_BYTES_MAX`].
+    #[error("ring message of {0} bytes is too large")]
+    TooLarge(usize),
+    /// Not a ring message.
+    #[error("malformed ring message: {0}")]
+    Malformed(String),
+}
+
 /// Timing of the ring, embeddable in the node's TOML config. All values in milliseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
@@ -66,6 +80,22 @@ pub enum RingMessage {
     /// A cell no longer needs the lease this backup granted it (its map changed), so the
     /// backup may grant the range to its new master without waiting for expiry.
     LeaseRelease { from: CellId, epoch: u64 },
+}
+
+impl RingMessage {
+    /// Payload of a `Heartbeat`/`HeartbeatAck` frame (JSON: tiny, infrequent, self-describing).
+    pub fn encode(&self) -> Vec<u8> {
+        // Plain data with string keys: serialization cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// Parses a frame payload, bounded by [`RING_MESSAGE_BYTES_MAX`].
+    pub fn decode(bytes: &[u8]) -> Result<RingMessage, RingMessageError> {
+        if bytes.len() > RING_MESSAGE_BYTES_MAX {
+            return Err(RingMessageError::TooLarge(bytes.len()));
+        }
+        serde_json::from_slice(bytes).map_err(|e| RingMessageError::Malformed(e.to_string()))
+    }
 }
 
 /// What the ring asks its driver (the node, or the simulator) to do.

@@ -416,3 +416,36 @@ fn absorbing_successor_completes_after_resyncs_both_ways() {
         range: p_range
     }));
 }
+
+#[test]
+fn ring_messages_round_trip_and_bad_bytes_are_refused() {
+    let messages = [
+        RingMessage::Heartbeat {
+            from: id("2.25"),
+            epoch: 7,
+            sent_at_ms: 99,
+        },
+        RingMessage::HeartbeatAck {
+            from: id("3"),
+            epoch: 8,
+            echo_sent_at_ms: 99,
+            grant: Some(HashRange::new(u64::MAX - 1, 5)),
+        },
+        RingMessage::LeaseRelease {
+            from: id("1"),
+            epoch: 9,
+        },
+    ];
+    for m in messages {
+        assert_eq!(RingMessage::decode(&m.encode()).unwrap(), m);
+    }
+    assert!(matches!(
+        RingMessage::decode(b"{"),
+        Err(RingMessageError::Malformed(_))
+    ));
+    let huge = vec![b' '; RING_MESSAGE_BYTES_MAX + 1];
+    assert!(matches!(
+        RingMessage::decode(&huge),
+        Err(RingMessageError::TooLarge(_))
+    ));
+}
