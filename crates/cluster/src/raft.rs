@@ -276,6 +276,31 @@ impl RaftGroup {
             .map_err(|e| RaftGroupError::Raft(e.to_string()))
     }
 
+    /// Adds `id` (cell `cell`) as a learner and waits until it has caught up with the log.
+    /// Call on the leader. A learner receives every map but does not vote.
+    pub async fn add_learner(&self, id: RaftNodeId, cell: &CellId) -> Result<(), RaftGroupError> {
+        let node = BasicNode::new(cell.to_string());
+        self.raft
+            .add_learner(id, node, true)
+            .await
+            .map(|_| ())
+            .map_err(|e| RaftGroupError::Raft(e.to_string()))
+    }
+
+    /// Makes exactly `voters` the voting members (joint consensus, two commits); members not
+    /// listed stay as learners. Call on the leader, with ids already added as learners. The
+    /// node computes the set with `Membership::from_map` as cells join and leave.
+    pub async fn change_voters(
+        &self,
+        voters: std::collections::BTreeSet<RaftNodeId>,
+    ) -> Result<(), RaftGroupError> {
+        self.raft
+            .change_membership(voters, true)
+            .await
+            .map(|_| ())
+            .map_err(|e| RaftGroupError::Raft(e.to_string()))
+    }
+
     /// The leader's node id, as this replica last heard.
     pub fn leader(&self) -> Option<RaftNodeId> {
         self.raft.metrics().borrow().current_leader

@@ -177,7 +177,66 @@ async fn three_replicas_commit_elect_and_fail_over() {
     assert_eq!(map.active_cells().count(), 2);
     applied_everywhere(&router, &survivors, 3).await;
     assert!(group(&router, new_leader).confirm_map(3).await);
-    for id in survivors {
+
+    // A replacement replica joins from the genesis map: as a learner it replays the log (the
+    // entries computed against older epochs re-apply in order) and reaches the same map; then
+    // it is promoted to voter and the group commits with it.
+    let link = Arc::new(Link {
+        router: router.clone(),
+        from: 4,
+    });
+    let fourth = RaftGroup::start(4, genesis.clone(), fast(), link)
+        .await
+        .unwrap();
+    router.groups.lock().unwrap().insert(4, Arc::new(fourth));
+    group(&router, new_leader)
+        .add_learner(4, &CellId::whole(4))
+        .await
+        .unwrap();
+    let mut members: Vec<RaftNodeId> = survivors.clone();
+    members.push(4);
+    applied_everywhere(&router, &members, 3).await;
+    assert_eq!(
+        group(&router, 4).current_map(),
+        group(&router, new_leader).current_map()
+    );
+    assert!(
+        group(&router, new_leader)
+            .membership()
+            .learners
+            .contains(&CellId::whole(4))
+    );
+    let voters: BTreeSet<RaftNodeId> = members.iter().copied().collect();
+    group(&router, new_leader)
+        .change_voters(voters)
+        .await
+        .unwrap();
+    let membership = group(&router, new_leader).membership();
+    assert!(
+        membership.voters.contains(&CellId::whole(4)),
+        "{membership:?}"
+    );
+    let parent = group(&router, new_leader).current_map().cells()[0]
+        .id
+        .clone();
+    let divide_again = Proposal {
+        based_on_epoch: 3,
+        change: Change::BeginDivision {
+            parent,
+            child_address: addr(9),
+        },
+    };
+    let leader_now = agreed_leader(&router, &members).await;
+    assert_eq!(
+        group(&router, leader_now)
+            .propose(divide_again)
+            .await
+            .unwrap()
+            .epoch(),
+        4
+    );
+    applied_everywhere(&router, &members, 4).await;
+    for id in members {
         group(&router, id).shutdown().await.unwrap();
     }
 }
