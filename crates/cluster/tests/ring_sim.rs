@@ -14,7 +14,8 @@
 //! be served by exactly one running cell — so the safety check cannot pass vacuously.
 //!
 //! Every run prints its seed; replay one with `CELLCACHE_SIM_SEED=<seed> cargo test -p
-//! cellcache-cluster --test ring_sim -- --nocapture`.
+//! cellcache-cluster --test ring_sim -- --nocapture`; explore more with
+//! `CELLCACHE_SIM_SEEDS=<count>` and `CELLCACHE_SIM_SEED_FIRST=<index>`.
 
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
@@ -392,6 +393,10 @@ impl Sim {
             .filter(|id| self.running(id))
             .cloned()
             .collect();
+        if running.is_empty() {
+            // Everyone is paused or fenced for the moment: nothing to act on.
+            return;
+        }
         let pick = |rng: &mut Rng, v: &[CellId]| v[rng.below(v.len() as u64) as usize].clone();
         match self.rng.below(10) {
             0..=2 if running.len() > 2 => {
@@ -538,7 +543,11 @@ fn seeds() -> Vec<u64> {
         .unwrap_or(6);
     // The first seeds are regressions: each once broke an invariant.
     let regressions = [8_411_472_503_653_835_554];
-    let spread = (1..=count).map(|i| i.wrapping_mul(0x2545_F491_4F6C_DD1D));
+    let first: u64 = std::env::var("CELLCACHE_SIM_SEED_FIRST")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let spread = (first..first + count).map(|i| i.wrapping_mul(0x2545_F491_4F6C_DD1D));
     regressions.into_iter().chain(spread).collect()
 }
 
