@@ -449,3 +449,75 @@ fn ring_messages_round_trip_and_bad_bytes_are_refused() {
         Err(RingMessageError::TooLarge(_))
     ));
 }
+
+/// Regression for the bug the simulator found: a fenced master and its equally fenced backup,
+/// cut off from the consensus group together, keep renewing leases between themselves. The
+/// cell that takes their range over must not serve until they have stopped.
+#[test]
+fn partitioned_zombie_pair_never_overlaps_the_new_owner() {
+    let cfg = RingConfig::default();
+    // Ring 1, 2, 3 (r = 2): 1 is backed up by 2.
+    let mut map = two_cells();
+    map = apply(
+        &map,
+        &Proposal {
+            based_on_epoch: map.epoch(),
+            change: Change::BeginDivision {
+                parent: id("2"),
+                child_address: addr(2),
+            },
+        },
+    )
+    .unwrap();
+    map = apply(
+        &map,
+        &Proposal {
+            based_on_epoch: map.epoch(),
+            change: Change::CompleteDivision { child: id("3") },
+        },
+    )
+    .unwrap();
+    let epoch = map.epoch();
+    let mut zombie = Ring::new(id("1"), map.clone(), cfg, 0);
+    let mut zombie_backup = Ring::new(id("2"), map.clone(), cfg, 0);
+    zombie.map_confirmed(epoch, 0);
+    zombie_backup.map_confirmed(epoch, 0);
+    // The group (unreachable for 1 and 2 from now on) fences 2, then 1: 3 owns everything.
+    let mut later = map.clone();
+    for cell in ["2", "1"] {
+        later = apply(
+            &later,
+            &Proposal {
+                based_on_epoch: later.epoch(),
+                change: Change::Fence { cell: id(cell) },
+            },
+        )
+        .unwrap();
+    }
+    let mut owner = Ring::new(id("3"), map, cfg, 0);
+    owner.install_map(later.clone(), 0);
+    let hash = 0; // mastered by 1 in the old map, by 3 in the new one
+    assert_eq!(later.owner(hash).id, id("3"));
+    let (mut zombie_served, mut owner_served) = (false, false);
+    for now in 0..4 * cfg.map_lease_ms {
+        if now % cfg.heartbeat_interval_ms == 0 {
+            zombie.tick(now);
+            zombie_backup.tick(now);
+            exchange(&mut zombie, &mut zombie_backup, now);
+            owner.tick(now);
+            owner.map_confirmed(later.epoch(), now);
+        }
+        let (z, o) = (zombie.can_serve(hash, now), owner.can_serve(hash, now));
+        assert!(
+            !(z && o),
+            "t={now}ms: the zombie and the new owner both serve hash {hash:#x}"
+        );
+        zombie_served |= z;
+        owner_served |= o;
+    }
+    assert!(
+        zombie_served,
+        "the zombie served while its map lease lasted (the test is live)"
+    );
+    assert!(owner_served, "the new owner took over in the end");
+}
