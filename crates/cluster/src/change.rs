@@ -80,7 +80,7 @@ pub struct Proposal {
 
 /// Why a proposal was refused. Refusals are normal outcomes of concurrency: the proposer
 /// re-reads the map and decides again.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum ChangeError {
     /// The proposal was computed against another epoch.
     #[error("proposal based on epoch {proposed} but the map is at epoch {current}")]
@@ -93,7 +93,7 @@ pub enum ChangeError {
     WrongState {
         cell: CellId,
         state: CellState,
-        expected: &'static str,
+        expected: String,
     },
     /// An involved cell already takes part in an in-flight migration.
     #[error("cell {0} already takes part in an in-flight migration")]
@@ -160,7 +160,7 @@ fn expect_state(cell: &Cell, state: CellState, expected: &'static str) -> Result
         Err(ChangeError::WrongState {
             cell: cell.id.clone(),
             state: cell.state,
-            expected,
+            expected: expected.into(),
         })
     }
 }
@@ -272,7 +272,7 @@ fn take_migration(
             Err(ChangeError::WrongState {
                 cell: subject.clone(),
                 state: cell.state,
-                expected: "subject of a matching in-flight migration",
+                expected: "subject of a matching in-flight migration".into(),
             })
         }
     }
@@ -411,7 +411,7 @@ fn fence(map: &mut ClusterMap, cell: &CellId) -> Result<(), ChangeError> {
         CellState::Dead => Err(ChangeError::WrongState {
             cell: cell.clone(),
             state: CellState::Dead,
-            expected: "not already Dead",
+            expected: "not already Dead".into(),
         }),
     }
 }

@@ -12,10 +12,11 @@
 //! voters rather than a quorum.
 //!
 //! [`LocalConsensus`] is the single-voter group: correct for a one-cell cluster, for tools
-//! that edit a map offline, and for tests. A multi-voter Raft implementation plugs in behind
-//! the same trait.
+//! that edit a map offline, and for tests. The multi-voter group is `raft::RaftGroup`
+//! (openraft, behind the default cargo feature `raft`).
 
 use std::collections::BTreeSet;
+use std::future::Future;
 use std::sync::Mutex;
 
 use crate::change::{self, ChangeError, Proposal};
@@ -69,10 +70,15 @@ pub enum ConsensusError {
     Unavailable(String),
 }
 
-/// A consensus group agreeing on the cluster map.
+/// A consensus group agreeing on the cluster map. `propose` is asynchronous because a real
+/// group needs network round trips; callers run it on the control plane, never on the
+/// request path.
 pub trait Consensus {
-    /// Proposes a change; returns the map it produced once committed and applied.
-    fn propose(&self, proposal: Proposal) -> Result<ClusterMap, ConsensusError>;
+    /// Proposes a change; resolves to the map it produced once committed and applied.
+    fn propose(
+        &self,
+        proposal: Proposal,
+    ) -> impl Future<Output = Result<ClusterMap, ConsensusError>> + Send;
     /// The latest map this replica has applied.
     fn current_map(&self) -> ClusterMap;
     /// The group's voters and learners.
@@ -105,11 +111,15 @@ impl LocalConsensus {
 }
 
 impl Consensus for LocalConsensus {
-    fn propose(&self, proposal: Proposal) -> Result<ClusterMap, ConsensusError> {
-        let mut map = self.lock();
-        let next = change::apply(&map, &proposal)?;
-        *map = next.clone();
-        Ok(next)
+    fn propose(
+        &self,
+        proposal: Proposal,
+    ) -> impl Future<Output = Result<ClusterMap, ConsensusError>> + Send {
+        let outcome = {
+            let mut map = self.lock();
+            change::apply(&map, &proposal).inspect(|next| *map = next.clone())
+        };
+        std::future::ready(outcome.map_err(ConsensusError::Refused))
     }
 
     fn current_map(&self) -> ClusterMap {
@@ -134,6 +144,16 @@ mod tests {
         }
     }
 
+    /// LocalConsensus futures are ready at once; poll them without an executor.
+    fn now<T>(f: impl Future<Output = T>) -> T {
+        let mut f = std::pin::pin!(f);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match f.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(v) => v,
+            std::task::Poll::Pending => panic!("LocalConsensus future was not ready"),
+        }
+    }
+
     fn grown(cells: u32) -> ClusterMap {
         let group =
             LocalConsensus::new(ClusterMap::bootstrap(CellId::whole(1), addr(0), 2).unwrap());
@@ -146,26 +166,24 @@ mod tests {
                 .unwrap()
                 .id
                 .clone();
-            let m = group
-                .propose(Proposal {
-                    based_on_epoch: map.epoch(),
-                    change: Change::BeginDivision {
-                        parent,
-                        child_address: addr(n),
-                    },
-                })
-                .unwrap();
+            let m = now(group.propose(Proposal {
+                based_on_epoch: map.epoch(),
+                change: Change::BeginDivision {
+                    parent,
+                    child_address: addr(n),
+                },
+            }))
+            .unwrap();
             let child = m.migrations()[0].involved().iter().find(|id| {
                 m.cell(id)
                     .is_some_and(|c| c.state == crate::CellState::Joining)
             });
             let child = child.unwrap().clone();
-            group
-                .propose(Proposal {
-                    based_on_epoch: m.epoch(),
-                    change: Change::CompleteDivision { child },
-                })
-                .unwrap();
+            now(group.propose(Proposal {
+                based_on_epoch: m.epoch(),
+                change: Change::CompleteDivision { child },
+            }))
+            .unwrap();
         }
         group.current_map()
     }
@@ -181,9 +199,9 @@ mod tests {
                 child_address: addr(n),
             },
         };
-        assert!(group.propose(p(10)).is_ok());
+        assert!(now(group.propose(p(10))).is_ok());
         assert!(matches!(
-            group.propose(p(11)),
+            now(group.propose(p(11))),
             Err(ConsensusError::Refused(ChangeError::StaleEpoch { .. }))
         ));
         assert_eq!(group.current_map().epoch(), epoch + 1);

@@ -24,7 +24,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 pub const ID_TEXT_BYTES_MAX: usize = 16 * 1024;
 
 /// Why a cell id could not be produced or parsed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum IdError {
     /// `between(a, b)` was asked for an interval that is empty (`a >= b`).
     #[error("no id strictly between {low} and {high}: bounds are not increasing")]
@@ -34,7 +34,7 @@ pub enum IdError {
     Overflow,
     /// The text is not a valid id.
     #[error("invalid cell id text: {0}")]
-    Parse(&'static str),
+    Parse(String),
 }
 
 /// An exact position on the ring of cells. Ordered, hashable, cheap to compare.
@@ -164,28 +164,28 @@ impl FromStr for CellId {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         if s.len() > ID_TEXT_BYTES_MAX {
-            return Err(IdError::Parse("too long"));
+            return Err(IdError::Parse("too long".into()));
         }
         let (whole_text, frac_text) = match s.split_once('.') {
             Some((w, f)) => (w, f),
             None => (s, ""),
         };
         if whole_text.is_empty() || !whole_text.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(IdError::Parse("whole part must be decimal digits"));
+            return Err(IdError::Parse("whole part must be decimal digits".into()));
         }
         let whole: u64 = whole_text
             .parse()
-            .map_err(|_| IdError::Parse("whole part overflows u64"))?;
+            .map_err(|_| IdError::Parse("whole part overflows u64".into()))?;
         if s.contains('.') && frac_text.is_empty() {
-            return Err(IdError::Parse("empty fraction"));
+            return Err(IdError::Parse("empty fraction".into()));
         }
         if !frac_text.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(IdError::Parse("fraction must be decimal digits"));
+            return Err(IdError::Parse("fraction must be decimal digits".into()));
         }
         let mut dec: Vec<u8> = frac_text.bytes().map(|b| b - b'0').collect();
         if dec.last() == Some(&0) {
             return Err(IdError::Parse(
-                "fraction has trailing zeros (not canonical)",
+                "fraction has trailing zeros (not canonical)".into(),
             ));
         }
         // Multiply the decimal fraction by 256 repeatedly; each carry out is one base-256
@@ -195,7 +195,7 @@ impl FromStr for CellId {
         let steps_max = dec.len() / 8 + 1;
         while dec.iter().any(|&d| d != 0) {
             if frac.len() == steps_max {
-                return Err(IdError::Parse("fraction is not a dyadic rational"));
+                return Err(IdError::Parse("fraction is not a dyadic rational".into()));
             }
             let mut carry = 0u32;
             for d in dec.iter_mut().rev() {

@@ -6,6 +6,10 @@
 //! transitions ([`change`]), the inter-cell frame codec ([`wire`]), the per-cell ring state
 //! machine ([`ring`]) and the consensus seam ([`consensus`]). Time and randomness are always
 //! arguments, so the whole ring can be simulated on one thread with virtual time.
+//!
+//! The one exception is `raft` (default cargo feature `raft`): the openraft-backed consensus
+//! group, which runs tasks and timers on the caller's tokio runtime. Build with
+//! `default-features = false` for the pure core.
 
 #![forbid(unsafe_code)]
 
@@ -14,6 +18,8 @@ pub mod consensus;
 pub mod id;
 pub mod map;
 pub mod placement;
+#[cfg(feature = "raft")]
+pub mod raft;
 pub mod range;
 pub mod ring;
 pub mod wire;

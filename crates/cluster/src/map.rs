@@ -119,7 +119,7 @@ impl Migration {
 }
 
 /// Why a map is invalid or cannot be decoded.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum MapError {
     /// The encoded map is larger than the configured bound.
     #[error("encoded map is {len} bytes, more than the {max} allowed")]

@@ -11,7 +11,9 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// Why a range operation is impossible.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize,
+)]
 pub enum RangeError {
     /// A range of one hash cannot be divided.
     #[error("range {0} holds a single hash and cannot be split")]

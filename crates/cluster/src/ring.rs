@@ -39,97 +39,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde::{Deserialize, Serialize};
-
 use crate::change::{Change, Proposal};
 use crate::id::CellId;
 use crate::map::{AbsorptionReason, CellAddress, CellState, ClusterMap, Migration};
 use crate::range::HashRange;
 
-/// Timing of the ring, embeddable in the node's TOML config. All values in milliseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct RingConfig {
-    /// How often a cell heartbeats its backups (and so renews its leases).
-    pub heartbeat_interval_ms: u64,
-    /// Silence of the successor after which its fencing is proposed.
-    pub suspicion_timeout_ms: u64,
-    /// Lease length granted by a backup to its master.
-    pub lease_ms: u64,
-    /// Added by the granting backup to cover clock-rate differences between cells.
-    pub clock_drift_margin_ms: u64,
-    /// Minimum spacing of identical proposals.
-    pub proposal_retry_ms: u64,
-    /// A division not caught up after this long is aborted.
-    pub handoff_timeout_ms: u64,
-    /// A re-replication not reported done after this long is started again.
-    pub resync_retry_ms: u64,
-    /// How long a confirmation from the consensus group that our map is current stays good
-    /// (counted from when we asked). Without a fresh one a cell neither serves nor grants.
-    pub map_lease_ms: u64,
-}
-
-impl Default for RingConfig {
-    fn default() -> Self {
-        RingConfig {
-            heartbeat_interval_ms: 100,
-            suspicion_timeout_ms: 1_000,
-            lease_ms: 600,
-            clock_drift_margin_ms: 100,
-            proposal_retry_ms: 500,
-            handoff_timeout_ms: 60_000,
-            resync_retry_ms: 5_000,
-            map_lease_ms: 2_000,
-        }
-    }
-}
-
-/// Ring control messages between cells (carried in Heartbeat/HeartbeatAck frames).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", tag = "kind")]
-pub enum RingMessage {
-    /// Master → backup: "I am alive; renew my lease." `sent_at_ms` is echoed back.
-    Heartbeat {
-        from: CellId,
-        epoch: u64,
-        sent_at_ms: u64,
-    },
-    /// Backup → master: liveness, plus a lease for `grant` when the backup agrees.
-    HeartbeatAck {
-        from: CellId,
-        epoch: u64,
-        echo_sent_at_ms: u64,
-        grant: Option<HashRange>,
-    },
-    /// A cell no longer needs the lease this backup granted it (its map changed), so the
-    /// backup may grant the range to its new master without waiting for expiry.
-    LeaseRelease { from: CellId, epoch: u64 },
-}
-
-/// What the ring asks its driver (the node, or the simulator) to do.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Output {
-    /// Send a ring message to a peer.
-    Send { to: CellId, message: RingMessage },
-    /// Submit a map change to the consensus group.
-    Propose(Proposal),
-    /// What this cell must now hold: anything else may be dropped from the store.
-    Holdings {
-        master: Option<HashRange>,
-        backups: Vec<HashRange>,
-    },
-    /// Division: stream `range` (snapshot, then every new write until the flip) to `child`.
-    StartHandOff { child: CellId, range: HashRange },
-    /// Re-replication: bring `to`'s backup copy of `range` up to date (snapshot + live).
-    Resync { to: CellId, range: HashRange },
-    /// A peer has a newer map than ours: fetch it.
-    NeedMap { from: CellId },
-    /// Ask the consensus group whether `epoch` is still the current map (a Raft read-index
-    /// or leader-lease check); report a yes with [`Ring::map_confirmed`] and this `sent_at_ms`.
-    ConfirmMap { epoch: u64, sent_at_ms: u64 },
-    /// This cell has been removed from the ring: stop serving for good.
-    Fenced,
-}
+pub use interface::{Output, RING_MESSAGE_BYTES_MAX, RingConfig, RingMessage, RingMessageError};
 
 #[derive(Debug, Clone, Copy)]
 struct Lease {
@@ -676,5 +591,6 @@ impl Ring {
     }
 }
 
+mod interface;
 #[cfg(test)]
 mod tests;

@@ -64,11 +64,11 @@ pub enum FrameKind {
     ForwardReply = 3,
     /// Master → backup: replication records ([`payload::ReplicationRecord`]).
     Replicate = 4,
-    /// Backup → master: highest applied sequence ([`payload::ReplicateAck`]).
+    /// Backup → master: highest applied sequence ([`payload::RangeSeq`]).
     ReplicateAck = 5,
-    /// Ring control traffic (heartbeats, lease grants): a serialized ring message.
+    /// Ring control traffic: an encoded `ring::RingMessage` (heartbeat, lease release).
     Heartbeat = 6,
-    /// Reply to a heartbeat, carrying a lease grant.
+    /// Reply to a heartbeat: an encoded `ring::RingMessage::HeartbeatAck` (lease grant).
     HeartbeatAck = 7,
     /// A committed cluster map (JSON, see `ClusterMap::encode`).
     MapUpdate = 8,
@@ -78,7 +78,9 @@ pub enum FrameKind {
     SnapshotChunk = 10,
     /// End of a snapshot stream: the sequence number at which live replication continues.
     SnapshotDone = 11,
-    /// The receiver refused the request: stale epoch, fenced sender, not the owner.
+    /// The receiver refused the request: stale epoch, fenced sender, not the owner. The frame's
+    /// epoch is the refuser's map epoch; the payload is a UTF-8 reason for logs. It echoes the
+    /// refused request's `request_id`.
     Refused = 12,
     /// Consensus-group traffic (opaque to this codec).
     Consensus = 13,

@@ -282,3 +282,242 @@ fn newer_epoch_from_peer_asks_for_the_map() {
             .contains(&Output::NeedMap { from: id("2") })
     );
 }
+
+fn proposals(outputs: &[Output]) -> Vec<Change> {
+    outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Propose(p) => Some(p.change.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn division_parent_streams_then_proposes_the_flip_or_the_abort() {
+    let cfg = RingConfig::default();
+    let map = two_cells();
+    let begin = |map: &ClusterMap, n| {
+        apply(
+            map,
+            &Proposal {
+                based_on_epoch: map.epoch(),
+                change: Change::BeginDivision {
+                    parent: id("1"),
+                    child_address: addr(n),
+                },
+            },
+        )
+        .unwrap()
+    };
+    let dividing = begin(&map, 7);
+    let mut x = Ring::new(id("1"), map.clone(), cfg, 0);
+    x.drain_outputs();
+    x.request_division(addr(7), 0);
+    assert_eq!(
+        proposals(&x.drain_outputs()),
+        [Change::BeginDivision {
+            parent: id("1"),
+            child_address: addr(7)
+        }]
+    );
+    x.install_map(dividing.clone(), 10);
+    let out = x.drain_outputs();
+    let range = map.cell(&id("1")).unwrap().range.unwrap();
+    assert!(out.contains(&Output::StartHandOff {
+        child: id("1.5"),
+        range
+    }));
+    x.tick(20);
+    assert!(
+        proposals(&x.drain_outputs()).is_empty(),
+        "no flip before the child caught up"
+    );
+    x.handoff_caught_up(&id("1.5"));
+    x.tick(30);
+    assert_eq!(
+        proposals(&x.drain_outputs()),
+        [Change::CompleteDivision { child: id("1.5") }]
+    );
+
+    // A child that never catches up is abandoned.
+    let mut y = Ring::new(id("1"), map.clone(), cfg, 0);
+    y.install_map(begin(&map, 8), 0);
+    y.drain_outputs();
+    y.tick(cfg.handoff_timeout_ms);
+    assert!(proposals(&y.drain_outputs()).contains(&Change::AbortDivision { child: id("1.5") }));
+}
+
+#[test]
+fn absorbing_successor_completes_after_resyncs_both_ways() {
+    // Three cells 1, 2, 3 (r = 2); cell 2 dies; cell 3 takes its range.
+    let cfg = RingConfig::default();
+    let mut map = two_cells();
+    map = apply(
+        &map,
+        &Proposal {
+            based_on_epoch: map.epoch(),
+            change: Change::BeginDivision {
+                parent: id("2"),
+                child_address: addr(2),
+            },
+        },
+    )
+    .unwrap();
+    map = apply(
+        &map,
+        &Proposal {
+            based_on_epoch: map.epoch(),
+            change: Change::CompleteDivision { child: id("3") },
+        },
+    )
+    .unwrap();
+    let fenced = apply(
+        &map,
+        &Proposal {
+            based_on_epoch: map.epoch(),
+            change: Change::Fence { cell: id("2") },
+        },
+    )
+    .unwrap();
+    let mut s = Ring::new(id("3"), map.clone(), cfg, 0);
+    s.drain_outputs();
+    s.install_map(fenced.clone(), 10);
+    let out = s.drain_outputs();
+    let new_range = fenced.cell(&id("3")).unwrap().range.unwrap();
+    assert!(
+        out.contains(&Output::Resync {
+            to: id("1"),
+            range: new_range
+        }),
+        "{out:?}"
+    );
+    s.tick(20);
+    assert!(proposals(&s.drain_outputs()).is_empty(), "resyncs pending");
+    s.resync_done(&id("1"), new_range);
+    s.tick(30);
+    assert!(
+        proposals(&s.drain_outputs()).is_empty(),
+        "still waiting for the predecessor's resync"
+    );
+    s.resync_received(&id("1"));
+    s.tick(40);
+    assert_eq!(
+        proposals(&s.drain_outputs()),
+        [Change::CompleteAbsorption { departed: id("2") }]
+    );
+    // The predecessor re-sends its range to its new backup.
+    let mut p = Ring::new(id("1"), map, cfg, 0);
+    p.drain_outputs();
+    p.install_map(fenced.clone(), 10);
+    let p_range = fenced.cell(&id("1")).unwrap().range.unwrap();
+    assert!(p.drain_outputs().contains(&Output::Resync {
+        to: id("3"),
+        range: p_range
+    }));
+}
+
+#[test]
+fn ring_messages_round_trip_and_bad_bytes_are_refused() {
+    let messages = [
+        RingMessage::Heartbeat {
+            from: id("2.25"),
+            epoch: 7,
+            sent_at_ms: 99,
+        },
+        RingMessage::HeartbeatAck {
+            from: id("3"),
+            epoch: 8,
+            echo_sent_at_ms: 99,
+            grant: Some(HashRange::new(u64::MAX - 1, 5)),
+        },
+        RingMessage::LeaseRelease {
+            from: id("1"),
+            epoch: 9,
+        },
+    ];
+    for m in messages {
+        assert_eq!(RingMessage::decode(&m.encode()).unwrap(), m);
+    }
+    assert!(matches!(
+        RingMessage::decode(b"{"),
+        Err(RingMessageError::Malformed(_))
+    ));
+    let huge = vec![b' '; RING_MESSAGE_BYTES_MAX + 1];
+    assert!(matches!(
+        RingMessage::decode(&huge),
+        Err(RingMessageError::TooLarge(_))
+    ));
+}
+
+/// Regression for the bug the simulator found: a fenced master and its equally fenced backup,
+/// cut off from the consensus group together, keep renewing leases between themselves. The
+/// cell that takes their range over must not serve until they have stopped.
+#[test]
+fn partitioned_zombie_pair_never_overlaps_the_new_owner() {
+    let cfg = RingConfig::default();
+    // Ring 1, 2, 3 (r = 2): 1 is backed up by 2.
+    let mut map = two_cells();
+    map = apply(
+        &map,
+        &Proposal {
+            based_on_epoch: map.epoch(),
+            change: Change::BeginDivision {
+                parent: id("2"),
+                child_address: addr(2),
+            },
+        },
+    )
+    .unwrap();
+    map = apply(
+        &map,
+        &Proposal {
+            based_on_epoch: map.epoch(),
+            change: Change::CompleteDivision { child: id("3") },
+        },
+    )
+    .unwrap();
+    let epoch = map.epoch();
+    let mut zombie = Ring::new(id("1"), map.clone(), cfg, 0);
+    let mut zombie_backup = Ring::new(id("2"), map.clone(), cfg, 0);
+    zombie.map_confirmed(epoch, 0);
+    zombie_backup.map_confirmed(epoch, 0);
+    // The group (unreachable for 1 and 2 from now on) fences 2, then 1: 3 owns everything.
+    let mut later = map.clone();
+    for cell in ["2", "1"] {
+        later = apply(
+            &later,
+            &Proposal {
+                based_on_epoch: later.epoch(),
+                change: Change::Fence { cell: id(cell) },
+            },
+        )
+        .unwrap();
+    }
+    let mut owner = Ring::new(id("3"), map, cfg, 0);
+    owner.install_map(later.clone(), 0);
+    let hash = 0; // mastered by 1 in the old map, by 3 in the new one
+    assert_eq!(later.owner(hash).id, id("3"));
+    let (mut zombie_served, mut owner_served) = (false, false);
+    for now in 0..4 * cfg.map_lease_ms {
+        if now % cfg.heartbeat_interval_ms == 0 {
+            zombie.tick(now);
+            zombie_backup.tick(now);
+            exchange(&mut zombie, &mut zombie_backup, now);
+            owner.tick(now);
+            owner.map_confirmed(later.epoch(), now);
+        }
+        let (z, o) = (zombie.can_serve(hash, now), owner.can_serve(hash, now));
+        assert!(
+            !(z && o),
+            "t={now}ms: the zombie and the new owner both serve hash {hash:#x}"
+        );
+        zombie_served |= z;
+        owner_served |= o;
+    }
+    assert!(
+        zombie_served,
+        "the zombie served while its map lease lasted (the test is live)"
+    );
+    assert!(owner_served, "the new owner took over in the end");
+}

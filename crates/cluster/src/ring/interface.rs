@@ -1,0 +1,124 @@
+//! What goes into and comes out of a [`super::Ring`]: its configuration, the messages cells
+//! exchange, and the outputs its driver acts on. Kept apart from the state machine so the node
+//! and the simulator can depend on the vocabulary without reading the logic.
+
+use serde::{Deserialize, Serialize};
+
+use crate::change::Proposal;
+use crate::id::CellId;
+use crate::range::HashRange;
+
+/// Largest encoded ring message accepted by [`RingMessage::decode`]; real ones are < 200 bytes.
+pub const RING_MESSAGE_BYTES_MAX: usize = 4096;
+
+/// Why ring message bytes were refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RingMessageError {
+    /// Longer than [`RING_MESSAGE_BYTES_MAX`].
+    #[error("ring message of {0} bytes is too large")]
+    TooLarge(usize),
+    /// Not a ring message.
+    #[error("malformed ring message: {0}")]
+    Malformed(String),
+}
+
+/// Timing of the ring, embeddable in the node's TOML config. All values in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RingConfig {
+    /// How often a cell heartbeats its backups (and so renews its leases).
+    pub heartbeat_interval_ms: u64,
+    /// Silence of the successor after which its fencing is proposed.
+    pub suspicion_timeout_ms: u64,
+    /// Lease length granted by a backup to its master.
+    pub lease_ms: u64,
+    /// Added by the granting backup to cover clock-rate differences between cells.
+    pub clock_drift_margin_ms: u64,
+    /// Minimum spacing of identical proposals.
+    pub proposal_retry_ms: u64,
+    /// A division not caught up after this long is aborted.
+    pub handoff_timeout_ms: u64,
+    /// A re-replication not reported done after this long is started again.
+    pub resync_retry_ms: u64,
+    /// How long a confirmation from the consensus group that our map is current stays good
+    /// (counted from when we asked). Without a fresh one a cell neither serves nor grants.
+    pub map_lease_ms: u64,
+}
+
+impl Default for RingConfig {
+    fn default() -> Self {
+        RingConfig {
+            heartbeat_interval_ms: 100,
+            suspicion_timeout_ms: 1_000,
+            lease_ms: 600,
+            clock_drift_margin_ms: 100,
+            proposal_retry_ms: 500,
+            handoff_timeout_ms: 60_000,
+            resync_retry_ms: 5_000,
+            map_lease_ms: 2_000,
+        }
+    }
+}
+
+/// Ring control messages between cells (carried in Heartbeat/HeartbeatAck frames).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum RingMessage {
+    /// Master → backup: "I am alive; renew my lease." `sent_at_ms` is echoed back.
+    Heartbeat {
+        from: CellId,
+        epoch: u64,
+        sent_at_ms: u64,
+    },
+    /// Backup → master: liveness, plus a lease for `grant` when the backup agrees.
+    HeartbeatAck {
+        from: CellId,
+        epoch: u64,
+        echo_sent_at_ms: u64,
+        grant: Option<HashRange>,
+    },
+    /// A cell no longer needs the lease this backup granted it (its map changed), so the
+    /// backup may grant the range to its new master without waiting for expiry.
+    LeaseRelease { from: CellId, epoch: u64 },
+}
+
+impl RingMessage {
+    /// Payload of a `Heartbeat`/`HeartbeatAck` frame (JSON: tiny, infrequent, self-describing).
+    pub fn encode(&self) -> Vec<u8> {
+        // Plain data with string keys: serialization cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// Parses a frame payload, bounded by [`RING_MESSAGE_BYTES_MAX`].
+    pub fn decode(bytes: &[u8]) -> Result<RingMessage, RingMessageError> {
+        if bytes.len() > RING_MESSAGE_BYTES_MAX {
+            return Err(RingMessageError::TooLarge(bytes.len()));
+        }
+        serde_json::from_slice(bytes).map_err(|e| RingMessageError::Malformed(e.to_string()))
+    }
+}
+
+/// What the ring asks its driver (the node, or the simulator) to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// Send a ring message to a peer.
+    Send { to: CellId, message: RingMessage },
+    /// Submit a map change to the consensus group.
+    Propose(Proposal),
+    /// What this cell must now hold: anything else may be dropped from the store.
+    Holdings {
+        master: Option<HashRange>,
+        backups: Vec<HashRange>,
+    },
+    /// Division: stream `range` (snapshot, then every new write until the flip) to `child`.
+    StartHandOff { child: CellId, range: HashRange },
+    /// Re-replication: bring `to`'s backup copy of `range` up to date (snapshot + live).
+    Resync { to: CellId, range: HashRange },
+    /// A peer has a newer map than ours: fetch it.
+    NeedMap { from: CellId },
+    /// Ask the consensus group whether `epoch` is still the current map (a Raft read-index
+    /// or leader-lease check); report a yes with [`super::Ring::map_confirmed`] and this `sent_at_ms`.
+    ConfirmMap { epoch: u64, sent_at_ms: u64 },
+    /// This cell has been removed from the ring: stop serving for good.
+    Fenced,
+}
