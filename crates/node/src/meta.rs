@@ -120,17 +120,7 @@ fn meta_get(
             if !claim && wants_win(&item) {
                 return false; // read again, claiming the token
             }
-            let f = item_flags(base, &item, now);
-            let status = if flags.value {
-                MetaStatus::Va
-            } else {
-                MetaStatus::Hd
-            };
-            write_meta_header(out, status, item.value.len(), &flags.returns, &f);
-            if flags.value {
-                out.extend_from_slice(item.value);
-                out.extend_from_slice(b"\r\n");
-            }
+            write_hit(out, flags, item_flags(base, &item, now), item.value);
             true
         });
         match outcome {
@@ -162,17 +152,7 @@ fn meta_get(
                 ..ReadOptions::default()
             };
             let written = cell.store.read(k, now, opts, |item| {
-                let f = item_flags(base, &item, now);
-                let status = if flags.value {
-                    MetaStatus::Va
-                } else {
-                    MetaStatus::Hd
-                };
-                write_meta_header(out, status, item.value.len(), &flags.returns, &f);
-                if flags.value {
-                    out.extend_from_slice(item.value);
-                    out.extend_from_slice(b"\r\n");
-                }
+                write_hit(out, flags, item_flags(base, &item, now), item.value);
             });
             if written.is_some() {
                 return;
@@ -187,6 +167,17 @@ fn meta_get(
         &base,
         out,
     );
+}
+
+/// An mg hit: `VA <len> <flags>` and the value when `v` was asked, else `HD <flags>`.
+fn write_hit(out: &mut Vec<u8>, flags: &MetaGetFlags<'_>, f: MetaReplyFlags<'_>, value: &[u8]) {
+    if flags.value {
+        write_meta_header(out, MetaStatus::Va, value.len(), &flags.returns, &f);
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    } else {
+        write_meta_header(out, MetaStatus::Hd, 0, &flags.returns, &f);
+    }
 }
 
 fn meta_set(
