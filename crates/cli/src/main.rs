@@ -2,6 +2,7 @@
 //! operator's tools. Configuration precedence: defaults < `--config` file < `CELLCACHE_*`
 //! environment < flags (see `cellcache.example.toml`).
 
+mod ctl;
 mod serve;
 
 use clap::{Parser, Subcommand};
@@ -28,6 +29,10 @@ enum Command {
     /// `bench compare` runs memcached and cellcache side by side, `bench capacity` fills until
     /// evictions start, `bench plot` draws a report.
     Bench(Box<cellcache_bench::BenchArgs>),
+    /// Operator tools for a ring: status, ranges, leave.
+    Ctl(ctl::CtlArgs),
+    /// Local rings for trying cellcache out: `cluster up --cells 3`.
+    Cluster(ctl::ClusterArgs),
     /// Show which I/O engines this kernel allows (and why io_uring is not, when it is not).
     Engines(EnginesArgs),
 }
@@ -63,6 +68,8 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Engines(args) => engines(args),
+        Command::Ctl(args) => ctl::run(args),
+        Command::Cluster(args) => ctl::run_cluster(args),
         Command::Bench(args) => cellcache_bench::run(*args),
         Command::Config(args) => {
             let config = args.resolve()?;

@@ -44,6 +44,16 @@ pub struct ServeArgs {
     /// Log format: text or json.
     #[arg(long, value_name = "FORMAT", value_parser = parse_log_format)]
     pub log_format: Option<LogFormat>,
+    /// Join the ring through this cell's client address (host:port); without it the cell
+    /// bootstraps a ring of one.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub join: Option<String>,
+    /// Inter-cell port (default: client port + 10000, or any free port).
+    #[arg(long, value_name = "PORT")]
+    pub peer_port: Option<u16>,
+    /// Run as a plain memcached-compatible server, not a ring member.
+    #[arg(long)]
+    pub standalone: bool,
     /// More verbose logs (-v debug, -vv trace), like memcached's -v.
     #[arg(short = 'v', action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -118,6 +128,15 @@ impl ServeArgs {
         }
         if let Some(v) = self.log_format {
             c.log.format = v;
+        }
+        if let Some(j) = &self.join {
+            c.cluster.join = j.clone();
+        }
+        if let Some(p) = self.peer_port {
+            c.cluster.peer_port = p;
+        }
+        if self.standalone {
+            c.cluster.enabled = false;
         }
         match self.verbose {
             0 => {}

@@ -25,6 +25,8 @@ pub struct Cell {
     pub engine: OnceLock<IoEngineKind>,
     pub started: Instant,
     pub started_unix: u64,
+    /// This cell's ring membership, set once at start when `cluster.enabled`.
+    pub cluster: OnceLock<Arc<crate::cluster::Cluster>>,
 }
 
 impl Cell {
@@ -39,6 +41,7 @@ impl Cell {
             engine: OnceLock::new(),
             started: Instant::now(),
             started_unix: unix_now_secs(),
+            cluster: OnceLock::new(),
         }
     }
 

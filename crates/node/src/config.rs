@@ -25,6 +25,96 @@ pub struct NodeConfig {
     pub store: StoreConfig,
     pub protocol: ProtocolConfig,
     pub log: LogConfig,
+    pub cluster: ClusterConfig,
+}
+
+/// When a master acknowledges a write (SPEC C5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ReplicationMode {
+    /// After every backup applied it (default).
+    #[default]
+    Sync,
+    /// At once; backups catch up in the background.
+    Async,
+}
+
+/// What a master does with a write when a backup cannot be reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum NoBackupPolicy {
+    /// Answer `SERVER_ERROR` (the write may or may not have been applied).
+    #[default]
+    Refuse,
+    /// Acknowledge anyway, log a warning and count it (`stats`: `cluster_unreplicated_acks`).
+    Accept,
+}
+
+/// The ring (see docs/cluster.md). Timing of the ring, the wire and the consensus group
+/// sit in the sub-tables `[cluster.ring]`, `[cluster.wire]` and `[cluster.raft]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// Run the cell as a member of a ring (a ring of one without `join`). Off: a plain
+    /// memcached-compatible server with no peer listener.
+    pub enabled: bool,
+    /// TCP port for inter-cell traffic. 0: the client port + 10000 when that is a valid
+    /// port and free, otherwise any free port.
+    pub peer_port: u16,
+    /// Address (`host:port`, a cell's client port) of any cell of the ring to join; empty
+    /// bootstraps a new ring of one (`serve --join`).
+    pub join: String,
+    /// Copies of each item (master + backups) of a ring this cell bootstraps, 1..=5.
+    pub replication_factor: u8,
+    /// `sync` acknowledges writes after the backups applied them, `async` before.
+    pub replication: ReplicationMode,
+    /// `refuse` or `accept` writes when a backup is unreachable.
+    pub no_backup: NoBackupPolicy,
+    /// How long a request may wait for its key's master (forwarding, map refresh, lease)
+    /// before the client gets `SERVER_ERROR` (retryable).
+    pub request_timeout_ms: u64,
+    /// Requests one client connection may have waiting on other cells or on backups; past
+    /// it the connection stops reading until replies drain.
+    pub in_flight_per_connection_max: usize,
+    /// Timeout of a connection attempt to a peer.
+    pub peer_connect_timeout_ms: u64,
+    /// Bytes of replication records per frame (snapshot chunks and live batches).
+    pub replication_chunk_bytes: usize,
+    /// Unacknowledged replication bytes kept per backup; past it the backup is resynced.
+    pub replication_backlog_bytes_max: usize,
+    /// Snapshot streaming rate during hand-off and re-replication (bytes/s; 0 = unlimited).
+    pub handoff_bytes_per_sec: u64,
+    /// Most voters of the consensus group (the rest of the cells are learners).
+    pub voters_max: usize,
+    /// Ring timing (heartbeats, leases, suspicion).
+    pub ring: cellcache_cluster::RingConfig,
+    /// Inter-cell frame limits.
+    pub wire: cellcache_cluster::WireConfig,
+    /// Consensus group timing.
+    pub raft: cellcache_cluster::raft::RaftConfig,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            peer_port: 0,
+            join: String::new(),
+            replication_factor: 2,
+            replication: ReplicationMode::Sync,
+            no_backup: NoBackupPolicy::Refuse,
+            request_timeout_ms: 3_000,
+            in_flight_per_connection_max: 1_024,
+            peer_connect_timeout_ms: 1_000,
+            replication_chunk_bytes: 256 * 1024,
+            replication_backlog_bytes_max: 64 << 20,
+            handoff_bytes_per_sec: 256 << 20,
+            voters_max: 5,
+            ring: Default::default(),
+            wire: Default::default(),
+            raft: Default::default(),
+        }
+    }
 }
 
 /// Limits of the client protocol. The largest value is `store.item_size_max_bytes`, so
@@ -170,6 +260,33 @@ impl NodeConfig {
                  (protocol.line_bytes_max {}) plus a value (store.item_size_max_bytes {})",
                 self.io.input_buffer_max_bytes, limits.line_bytes_max, limits.value_bytes_max
             )));
+        }
+        let c = &self.cluster;
+        if !(1..=5).contains(&c.replication_factor) {
+            return Err(ConfigError::Invalid(format!(
+                "cluster.replication_factor ({}) must be 1..=5",
+                c.replication_factor
+            )));
+        }
+        let r = &c.ring;
+        if !(r.heartbeat_interval_ms < r.lease_ms && r.lease_ms < r.suspicion_timeout_ms) {
+            return Err(ConfigError::Invalid(
+                "cluster.ring: heartbeat_interval_ms < lease_ms < suspicion_timeout_ms is required"
+                    .into(),
+            ));
+        }
+        if c.voters_max == 0 || c.in_flight_per_connection_max == 0 {
+            return Err(ConfigError::Invalid(
+                "cluster.voters_max and cluster.in_flight_per_connection_max must be > 0".into(),
+            ));
+        }
+        if c.replication_chunk_bytes == 0
+            || c.replication_chunk_bytes > c.wire.frame_payload_bytes_max as usize / 2
+        {
+            return Err(ConfigError::Invalid(
+                "cluster.replication_chunk_bytes must be in 1..=wire.frame_payload_bytes_max/2"
+                    .into(),
+            ));
         }
         Ok(())
     }

@@ -1,17 +1,29 @@
 //! One client connection: frames requests out of the engine's input buffer, executes them
 //! in order and appends replies, so pipelined requests are answered in the order sent.
 //!
-//! The only state carried between batches is the discard debt: after a rejected storage
-//! command, memcached swallows the announced data block, which may arrive over several
-//! reads. Counters are folded into the cell's totals once per batch.
+//! In a ring, a request whose master is another cell (or a write waiting for its backups)
+//! cannot be answered at once. Its place in the reply order is then held by a [`Slot`] in
+//! the connection's queue: the request is handed to the cluster (which never blocks this
+//! thread), later requests keep executing, their replies queue up behind the slot, and when
+//! the slot is filled (on whichever thread the answer arrived) the engine is woken through
+//! the session's `Notify` and `on_notify` writes out everything that is now in order. The
+//! queue is bounded (`cluster.in_flight_per_connection_max`): past it the connection stops
+//! consuming input until replies drain.
+//!
+//! The discard debt survives between batches: after a rejected storage command, memcached
+//! swallows the announced data block, which may arrive over several reads. Counters are
+//! folded into the cell's totals once per batch.
 
 use crate::cell::Cell;
+use crate::cluster::route::{self, Ctx, Placement, Reply};
 use crate::counters::LocalCounters;
 use crate::local::{Flow, execute};
 use cellcache_io::{Notify, Progress, Service, Session};
 use cellcache_proto::{Discard, Parsed, parse};
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Creates a [`Conn`] per accepted client.
 pub struct ClientService {
@@ -20,25 +32,78 @@ pub struct ClientService {
 
 impl Service for ClientService {
     type Session = Conn;
-    fn open(&self, _peer: SocketAddr, _notify: Notify) -> Conn {
+    fn open(&self, _peer: SocketAddr, notify: Notify) -> Conn {
         Conn {
             cell: self.cell.clone(),
             discard: Discard::default(),
             counters: LocalCounters::default(),
+            notify,
+            queue: VecDeque::new(),
         }
     }
+}
+
+/// A reply that will arrive from another thread.
+pub struct Slot {
+    reply: parking_lot::Mutex<Option<Vec<u8>>>,
+    notify: Notify,
+}
+
+impl Slot {
+    fn fill(&self, bytes: Vec<u8>) {
+        *self.reply.lock() = Some(bytes);
+        self.notify.notify();
+    }
+}
+
+enum Pending {
+    Ready(Vec<u8>),
+    Wait(Arc<Slot>),
 }
 
 pub struct Conn {
     cell: Arc<Cell>,
     discard: Discard,
     counters: LocalCounters,
+    notify: Notify,
+    queue: VecDeque<Pending>,
+}
+
+impl Conn {
+    /// Moves every reply that is next in order to `output`.
+    fn flush(&mut self, output: &mut Vec<u8>) {
+        while let Some(front) = self.queue.front() {
+            match front {
+                Pending::Ready(b) => output.extend_from_slice(b),
+                Pending::Wait(slot) => match slot.reply.lock().take() {
+                    Some(b) => output.extend_from_slice(&b),
+                    None => return,
+                },
+            }
+            self.queue.pop_front();
+        }
+    }
+
+    fn slot(&mut self) -> Arc<Slot> {
+        let slot = Arc::new(Slot {
+            reply: parking_lot::Mutex::new(None),
+            notify: self.notify.clone(),
+        });
+        self.queue.push_back(Pending::Wait(slot.clone()));
+        slot
+    }
+
+    fn in_flight_max(&self) -> usize {
+        self.cell.config.cluster.in_flight_per_connection_max
+    }
 }
 
 impl Session for Conn {
     fn on_input(&mut self, input: &[u8], output: &mut Vec<u8>, budget: usize) -> Progress {
         let mut p = Progress::default();
         let now = self.cell.now();
+        self.flush(output);
+        let cluster = self.cell.cluster.get().cloned();
         while p.consumed < input.len() {
             p.consumed += self.discard.take(input.len() - p.consumed);
             if p.consumed == input.len() {
@@ -48,11 +113,99 @@ impl Session for Conn {
                 p.output_full = true;
                 break;
             }
-            match parse(&input[p.consumed..], &self.cell.limits) {
+            if self.queue.len() >= self.in_flight_max() {
+                break; // resumed by on_notify once replies drain
+            }
+            let rest = &input[p.consumed..];
+            if let Some(cl) = &cluster {
+                if rest.starts_with(b"cluster") {
+                    let Some(eol) = rest.iter().position(|&b| b == b'\n') else {
+                        if rest.len() > self.cell.limits.line_bytes_max {
+                            output.extend_from_slice(b"CLIENT_ERROR line too long\r\n");
+                            p.close = true;
+                        }
+                        break;
+                    };
+                    let line = String::from_utf8_lossy(&rest[..eol]).trim_end().to_string();
+                    if crate::cluster::ext::is_extension(line.as_bytes()) {
+                        p.consumed += eol + 1;
+                        let slot = self.slot();
+                        let cl2 = cl.clone();
+                        cl.handle.spawn(async move {
+                            slot.fill(crate::cluster::ext::run(cl2, line).await);
+                        });
+                        continue;
+                    }
+                }
+            }
+            match parse(rest, &self.cell.limits) {
                 Parsed::Complete { request, consumed } => {
+                    let bytes = &rest[..consumed];
                     p.consumed += consumed;
-                    if execute(&self.cell, &request, now, output, &mut self.counters) == Flow::Close
-                    {
+                    let direct = self.queue.is_empty();
+                    let mut tmp = Vec::new();
+                    let out: &mut Vec<u8> = if direct { output } else { &mut tmp };
+                    let flow = match &cluster {
+                        None => execute(&self.cell, &request, now, out, &mut self.counters),
+                        Some(cl) => match route::place(cl, &request, false) {
+                            Placement::NoKeys | Placement::Local => {
+                                let start = out.len();
+                                let (flow, positions) = route::execute_local(
+                                    cl,
+                                    &request,
+                                    now,
+                                    out,
+                                    &mut self.counters,
+                                );
+                                if route::must_wait(cl, &positions) {
+                                    let reply = out.split_off(start);
+                                    let quiet = reply.is_empty();
+                                    if !direct && !tmp.is_empty() {
+                                        self.queue
+                                            .push_back(Pending::Ready(std::mem::take(&mut tmp)));
+                                    }
+                                    let slot = self.slot();
+                                    route::reply_after_replication(
+                                        cl,
+                                        positions,
+                                        reply,
+                                        quiet,
+                                        Box::new(move |b| slot.fill(b)),
+                                    );
+                                }
+                                flow
+                            }
+                            _ => {
+                                if !direct && !tmp.is_empty() {
+                                    self.queue
+                                        .push_back(Pending::Ready(std::mem::take(&mut tmp)));
+                                }
+                                let slot = self.slot();
+                                let ctx = Ctx {
+                                    forwarded: false,
+                                    from_epoch: 0,
+                                    deadline: Instant::now()
+                                        + Duration::from_millis(cl.config.request_timeout_ms),
+                                };
+                                route::dispatch(
+                                    cl,
+                                    bytes.to_vec(),
+                                    ctx,
+                                    Box::new(move |r| {
+                                        slot.fill(match r {
+                                            Reply::Bytes(b) => b,
+                                            Reply::Refused(_) => route::UNAVAILABLE.to_vec(),
+                                        })
+                                    }),
+                                );
+                                Flow::Continue
+                            }
+                        },
+                    };
+                    if !tmp.is_empty() {
+                        self.queue.push_back(Pending::Ready(tmp));
+                    }
+                    if flow == Flow::Close {
                         p.close = true;
                         break;
                     }
@@ -60,8 +213,14 @@ impl Session for Conn {
                 Parsed::Incomplete => break,
                 Parsed::Error(e) => {
                     self.counters.protocol_errors += 1;
+                    let direct = self.queue.is_empty();
+                    let mut tmp = Vec::new();
+                    let out: &mut Vec<u8> = if direct { output } else { &mut tmp };
                     if !e.noreply {
-                        e.reply.encode(output);
+                        e.reply.encode(out);
+                    }
+                    if !tmp.is_empty() {
+                        self.queue.push_back(Pending::Ready(tmp));
                     }
                     if let Some(key) = e.failed_set_key {
                         // memcached drops the old value when a set is refused as too
@@ -79,7 +238,13 @@ impl Session for Conn {
                 }
             }
         }
+        self.flush(output);
         self.cell.counters.absorb(&mut self.counters);
         p
+    }
+
+    fn on_notify(&mut self, output: &mut Vec<u8>, _budget: usize) -> Progress {
+        self.flush(output);
+        Progress::default()
     }
 }

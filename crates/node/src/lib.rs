@@ -8,6 +8,7 @@
 //! `now` into the store once per batch of input.
 
 pub mod cell;
+pub mod cluster;
 pub mod config;
 pub mod conn;
 pub mod counters;
@@ -26,15 +27,35 @@ use std::sync::Arc;
 pub struct Node {
     pub cell: Arc<Cell>,
     engine: RunningEngine,
+    /// The peer runtime (ring members only); dropped after the engine stopped.
+    cluster: Option<cluster::ClusterRuntime>,
 }
 
 impl Node {
     /// Allocates the store, binds the listener and starts the engine's threads.
-    pub fn start(config: NodeConfig, shutdown: Shutdown) -> anyhow::Result<Node> {
+    pub fn start(mut config: NodeConfig, shutdown: Shutdown) -> anyhow::Result<Node> {
         config.validate()?;
         let limits = config.protocol_limits();
-        let store =
-            cellcache_store::Store::new(config.store.clone()).context("allocating the store")?;
+        let c = &config.cluster;
+        let repl = cluster::repl::Replicator::new(cluster::repl::ReplPolicy {
+            accept_unreachable: c.no_backup == config::NoBackupPolicy::Accept,
+            chunk_bytes: c.replication_chunk_bytes,
+            backlog_bytes_max: c.replication_backlog_bytes_max,
+            stream_bytes_per_sec: c.handoff_bytes_per_sec,
+        });
+        let store = if config.cluster.enabled {
+            // The cell's address goes into the map before the engine binds it: resolve
+            // port 0 to a free port now.
+            if config.server.port == 0 {
+                let probe = std::net::TcpListener::bind(config.server.addr())
+                    .context("finding a free client port")?;
+                config.server.port = probe.local_addr()?.port();
+            }
+            cellcache_store::Store::with_change_sink(config.store.clone(), repl.clone())
+        } else {
+            cellcache_store::Store::new(config.store.clone())
+        }
+        .context("allocating the store")?;
         tracing::info!(
             memory_limit_bytes = config.store.memory_limit_bytes,
             slab_size_bytes = config.store.slab_size_bytes,
@@ -44,6 +65,14 @@ impl Node {
         let addr = config.server.addr();
         let engine_config = config.io.clone();
         let cell = Arc::new(Cell::new(config, store, limits, shutdown.clone()));
+        // The ring first: the client port opens once this cell knows what it owns.
+        let cluster = if cell.config.cluster.enabled {
+            let rt = cluster::Cluster::start(cell.clone(), repl).context("joining the ring")?;
+            let _ = cell.cluster.set(rt.cluster.clone());
+            Some(rt)
+        } else {
+            None
+        };
         let service = Arc::new(conn::ClientService { cell: cell.clone() });
         let engine = cellcache_io::start(
             cell.config.server.io_engine,
@@ -55,7 +84,11 @@ impl Node {
         .context("starting the I/O engine")?;
         let _ = cell.engine_stats.set(engine.stats.clone());
         let _ = cell.engine.set(engine.engine);
-        Ok(Node { cell, engine })
+        Ok(Node {
+            cell,
+            engine,
+            cluster,
+        })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -65,5 +98,9 @@ impl Node {
     /// Blocks until the engine stopped (after the shutdown was triggered).
     pub fn join(self) {
         self.engine.join();
+        if let Some(rt) = self.cluster {
+            rt.runtime
+                .shutdown_timeout(std::time::Duration::from_millis(500));
+        }
     }
 }

@@ -1,0 +1,287 @@
+//! Outbound inter-cell links: one persistent, pipelined TCP connection per peer.
+//!
+//! A [`Link`] is a queue in front of a connection task on the cell's peer runtime. Any
+//! thread (an I/O engine worker included) may submit a frame without blocking: requests
+//! carry a completion callback, called with the peer's reply (matched by `request_id`) or
+//! with the reason the link failed; one-way frames (ring messages) carry none. The task
+//! connects on demand, sends `Hello` first, then writes queued frames in submission order,
+//! batching whatever is queued into one write. If the connection fails, every request still
+//! waiting gets [`LinkError::Lost`] and the next submission reconnects; while the peer is
+//! unreachable, submissions fail fast for `RECONNECT_BACKOFF` instead of each paying a
+//! connect timeout.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use cellcache_cluster::wire::{self, Decoded, FrameKind, WireConfig};
+use cellcache_cluster::{CellId, wire::payload};
+use parking_lot::Mutex;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+
+/// After a failed connect, submissions fail at once for this long.
+const RECONNECT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// A frame with its payload owned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnedFrame {
+    pub kind: FrameKind,
+    pub epoch: u64,
+    pub request_id: u64,
+    pub payload: Vec<u8>,
+}
+
+impl OwnedFrame {
+    pub fn from_frame(f: &wire::Frame<'_>) -> OwnedFrame {
+        OwnedFrame {
+            kind: f.kind,
+            epoch: f.epoch,
+            request_id: f.request_id,
+            payload: f.payload.to_vec(),
+        }
+    }
+}
+
+/// Why a request over a link got no reply.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LinkError {
+    #[error("peer {0} unreachable: {1}")]
+    Unreachable(String, String),
+    #[error("connection to peer lost")]
+    Lost,
+    #[error("frame refused by the codec: {0}")]
+    Encode(String),
+}
+
+/// Called once with a request's outcome, on the peer runtime.
+pub type Reply = Box<dyn FnOnce(Result<OwnedFrame, LinkError>) + Send>;
+
+struct Outgoing {
+    kind: FrameKind,
+    payload: Vec<u8>,
+    reply: Option<Reply>,
+}
+
+/// The sending half of one peer connection; see the module docs.
+pub struct Link {
+    pub to: CellId,
+    pub addr: String,
+    tx: mpsc::UnboundedSender<Outgoing>,
+}
+
+impl Link {
+    /// Starts the connection task for `to` at `addr` on `rt`. Frames carry the epoch read
+    /// from `epoch` when they are written.
+    pub fn start(
+        rt: &tokio::runtime::Handle,
+        me: CellId,
+        to: CellId,
+        addr: String,
+        wire: WireConfig,
+        epoch: Arc<AtomicU64>,
+        connect_timeout: Duration,
+    ) -> Arc<Link> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let task = Task {
+            me,
+            addr: addr.clone(),
+            wire,
+            epoch,
+            connect_timeout,
+            next_id: 1,
+        };
+        rt.spawn(task.run(rx));
+        Arc::new(Link { to, addr, tx })
+    }
+
+    /// Submits a request; `reply` is called exactly once.
+    pub fn request(&self, kind: FrameKind, payload: Vec<u8>, reply: Reply) {
+        let out = Outgoing {
+            kind,
+            payload,
+            reply: Some(reply),
+        };
+        if let Err(e) = self.tx.send(out) {
+            if let Some(r) = e.0.reply {
+                r(Err(LinkError::Lost));
+            }
+        }
+    }
+
+    /// The same as [`Link::request`], awaited.
+    pub async fn call(&self, kind: FrameKind, payload: Vec<u8>) -> Result<OwnedFrame, LinkError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.request(
+            kind,
+            payload,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+        rx.await.unwrap_or(Err(LinkError::Lost))
+    }
+
+    /// Submits a one-way frame (no reply expected); dropped if the peer is unreachable.
+    pub fn send(&self, kind: FrameKind, payload: Vec<u8>) {
+        let _ = self.tx.send(Outgoing {
+            kind,
+            payload,
+            reply: None,
+        });
+    }
+}
+
+type Pending = Arc<Mutex<HashMap<u64, Reply>>>;
+
+struct Task {
+    me: CellId,
+    addr: String,
+    wire: WireConfig,
+    epoch: Arc<AtomicU64>,
+    connect_timeout: Duration,
+    next_id: u64,
+}
+
+impl Task {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Outgoing>) {
+        let mut failed_at: Option<(Instant, String)> = None;
+        while let Some(first) = rx.recv().await {
+            if let Some((at, why)) = &failed_at {
+                if at.elapsed() < RECONNECT_BACKOFF {
+                    fail(
+                        first,
+                        LinkError::Unreachable(self.addr.clone(), why.clone()),
+                    );
+                    continue;
+                }
+            }
+            let stream =
+                tokio::time::timeout(self.connect_timeout, TcpStream::connect(&self.addr)).await;
+            let stream = match stream {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    failed_at = Some((Instant::now(), e.to_string()));
+                    fail(
+                        first,
+                        LinkError::Unreachable(self.addr.clone(), e.to_string()),
+                    );
+                    continue;
+                }
+                Err(_) => {
+                    failed_at = Some((Instant::now(), "connect timed out".into()));
+                    let why = "connect timed out".to_string();
+                    fail(first, LinkError::Unreachable(self.addr.clone(), why));
+                    continue;
+                }
+            };
+            failed_at = None;
+            let _ = stream.set_nodelay(true);
+            self.serve(stream, first, &mut rx).await;
+        }
+    }
+
+    /// Runs one connection until it fails; every request left waiting then fails.
+    async fn serve(
+        &mut self,
+        stream: TcpStream,
+        first: Outgoing,
+        rx: &mut mpsc::UnboundedReceiver<Outgoing>,
+    ) {
+        let (mut rd, mut wr) = stream.into_split();
+        let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
+        let (closed_tx, mut closed_rx) = tokio::sync::oneshot::channel::<()>();
+        let reader_pending = pending.clone();
+        let wire = self.wire;
+        tokio::spawn(async move {
+            let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
+            let mut chunk = vec![0u8; 64 * 1024];
+            'read: loop {
+                let n = match rd.read(&mut chunk).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                buf.extend_from_slice(&chunk[..n]);
+                let mut at = 0;
+                loop {
+                    match wire::decode(&wire, &buf[at..]) {
+                        Ok(Decoded::Incomplete) => break,
+                        Ok(Decoded::Complete { frame, consumed }) => {
+                            at += consumed;
+                            let reply = reader_pending.lock().remove(&frame.request_id);
+                            if let Some(reply) = reply {
+                                reply(Ok(OwnedFrame::from_frame(&frame)));
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "bad frame from peer: closing the link");
+                            break 'read;
+                        }
+                    }
+                }
+                buf.drain(..at);
+            }
+            let _ = closed_tx.send(());
+        });
+        let mut out = Vec::with_capacity(64 * 1024);
+        let hello = payload::encode_hello(&self.me);
+        let epoch = self.epoch.load(Ordering::Acquire);
+        let _ = wire::encode(&self.wire, FrameKind::Hello, epoch, 0, &hello, &mut out);
+        self.push(first, &mut out, &pending);
+        loop {
+            while out.len() < 256 * 1024 {
+                match rx.try_recv() {
+                    Ok(o) => self.push(o, &mut out, &pending),
+                    Err(_) => break,
+                }
+            }
+            if !out.is_empty() {
+                if wr.write_all(&out).await.is_err() {
+                    break;
+                }
+                out.clear();
+            }
+            tokio::select! {
+                o = rx.recv() => match o {
+                    Some(o) => self.push(o, &mut out, &pending),
+                    None => break,
+                },
+                _ = &mut closed_rx => break,
+            }
+        }
+        let waiting: Vec<Reply> = pending.lock().drain().map(|(_, r)| r).collect();
+        for r in waiting {
+            r(Err(LinkError::Lost));
+        }
+    }
+
+    fn push(&mut self, o: Outgoing, out: &mut Vec<u8>, pending: &Pending) {
+        let id = if o.reply.is_some() {
+            self.next_id += 1;
+            self.next_id
+        } else {
+            0
+        };
+        let epoch = self.epoch.load(Ordering::Acquire);
+        match wire::encode(&self.wire, o.kind, epoch, id, &o.payload, out) {
+            Ok(()) => {
+                if let Some(r) = o.reply {
+                    pending.lock().insert(id, r);
+                }
+            }
+            Err(e) => {
+                if let Some(r) = o.reply {
+                    r(Err(LinkError::Encode(e.to_string())));
+                }
+            }
+        }
+    }
+}
+
+fn fail(o: Outgoing, e: LinkError) {
+    if let Some(r) = o.reply {
+        r(Err(e));
+    }
+}

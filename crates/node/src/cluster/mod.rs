@@ -1,0 +1,632 @@
+//! The cell as a member of a ring: peer plane, consensus group, ring driver, forwarding and
+//! replication. See docs/cluster.md sections 5–7 for the design.
+//!
+//! Threads: the client I/O engines stay as they are. Everything inter-cell runs on a small
+//! tokio runtime owned by the [`Cluster`] (`cellcache-peer` threads): the peer listener
+//! ([`server`]), one connection task per peer ([`link`]), openraft's tasks ([`group`]), one
+//! replication sender per backup ([`repl`]) and the ring driver, which ticks the
+//! deterministic `cellcache_cluster::Ring` every few milliseconds and executes what it asks
+//! for (messages, proposals, map confirmations, hand-offs, re-replication, trimming). The
+//! request path ([`route`]) reads the ring under a short lock to decide where a request
+//! runs, and hands forwarded work to the runtime without ever blocking an engine worker.
+
+pub mod ext;
+pub mod group;
+pub mod link;
+pub mod repl;
+pub mod route;
+pub mod server;
+
+use std::collections::{BTreeSet, HashMap};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use cellcache_cluster::raft::RaftGroup;
+use cellcache_cluster::wire::FrameKind;
+use cellcache_cluster::{
+    CellAddress, CellId, CellState, Change, ClusterMap, Consensus, HashRange, Migration, Output,
+    Proposal, Ring, RingMessage,
+};
+use parking_lot::Mutex;
+
+use crate::cell::Cell;
+use crate::config::ClusterConfig;
+use link::Link;
+use repl::Replicator;
+
+/// Cluster counters for `stats` and `ctl status`.
+#[derive(Debug, Default)]
+pub struct ClusterStats {
+    pub forwarded: AtomicU64,
+    pub refused: AtomicU64,
+    pub unavailable: AtomicU64,
+    pub replicate_refused: AtomicU64,
+    pub maps_installed: AtomicU64,
+}
+
+/// This cell's membership of a ring; see the module docs.
+pub struct Cluster {
+    pub me: CellId,
+    pub address: CellAddress,
+    pub config: ClusterConfig,
+    pub cell: Arc<Cell>,
+    pub handle: tokio::runtime::Handle,
+    pub ring: Mutex<Ring>,
+    /// The installed map's epoch, stamped on every frame.
+    pub epoch: Arc<AtomicU64>,
+    pub repl: Arc<Replicator>,
+    pub raft: OnceLock<RaftGroup>,
+    pub stats: ClusterStats,
+    /// Replication receiver: highest sequence applied per sending master.
+    pub applied: Mutex<HashMap<CellId, u64>>,
+    links: Mutex<HashMap<CellId, Arc<Link>>>,
+    raft_ids: Mutex<HashMap<u64, CellId>>,
+    streams: Mutex<BTreeSet<(CellId, (u64, u64))>>,
+    reconciling: AtomicBool,
+    clock: Instant,
+}
+
+/// Keeps the peer runtime alive for the cell's lifetime.
+pub struct ClusterRuntime {
+    pub runtime: tokio::runtime::Runtime,
+    pub cluster: Arc<Cluster>,
+}
+
+impl Cluster {
+    /// Milliseconds on this cell's monotonic clock (the ring's time).
+    pub fn now_ms(&self) -> u64 {
+        self.clock.elapsed().as_millis() as u64 + 1
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// Joins or bootstraps, starts the peer plane and the consensus group. Blocks until the
+    /// cell has a map it is part of.
+    pub fn start(cell: Arc<Cell>, repl: Arc<Replicator>) -> anyhow::Result<ClusterRuntime> {
+        let config = cell.config.cluster.clone();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("cellcache-peer")
+            .enable_all()
+            .build()
+            .context("starting the peer runtime")?;
+        let client = cell.config.server.addr();
+        let peer_listener = bind_peer(client, config.peer_port)?;
+        let peer = peer_listener.local_addr()?;
+        let address = CellAddress {
+            client: client.to_string(),
+            peer: peer.to_string(),
+        };
+        tracing::info!(client = %address.client, peer = %address.peer, "peer listener bound");
+        let (me, map, bootstrap) = if config.join.is_empty() {
+            let me = CellId::whole(1);
+            let map = ClusterMap::bootstrap(me.clone(), address.clone(), config.replication_factor)
+                .context("bootstrap map")?;
+            (me, map, true)
+        } else {
+            let map = join_ring(&config.join, &address, config.request_timeout_ms)?;
+            let me = map
+                .cells()
+                .iter()
+                .find(|c| c.address == address)
+                .map(|c| c.id.clone())
+                .context("the ring's map does not contain this cell")?;
+            (me, map, false)
+        };
+        tracing::info!(cell = %me, epoch = map.epoch(), bootstrap, "ring membership");
+        let clock = Instant::now();
+        let ring = Ring::new(me.clone(), map.clone(), config.ring, 1);
+        let cluster = Arc::new(Cluster {
+            me: me.clone(),
+            address,
+            config: config.clone(),
+            cell,
+            handle: runtime.handle().clone(),
+            ring: Mutex::new(ring),
+            epoch: Arc::new(AtomicU64::new(map.epoch())),
+            repl,
+            raft: OnceLock::new(),
+            stats: ClusterStats::default(),
+            applied: Mutex::new(HashMap::new()),
+            links: Mutex::new(HashMap::new()),
+            raft_ids: Mutex::new(HashMap::new()),
+            streams: Mutex::new(BTreeSet::new()),
+            reconciling: AtomicBool::new(false),
+            clock,
+        });
+        cluster.learn_ids(&map);
+        let transport = Arc::new(group::Transport {
+            cluster: Arc::downgrade(&cluster),
+        });
+        let raft = runtime.block_on(async {
+            let listener = tokio::net::TcpListener::from_std(peer_listener)?;
+            tokio::spawn(server::accept_loop(cluster.clone(), listener));
+            let raft =
+                RaftGroup::start(group::raft_id(&me), map.clone(), config.raft, transport).await?;
+            if bootstrap {
+                let voters = [(group::raft_id(&me), me.clone())].into_iter().collect();
+                raft.initialize(&voters).await?;
+            }
+            anyhow::Ok(raft)
+        })?;
+        let _ = cluster.raft.set(raft);
+        let outputs = cluster.ring.lock().drain_outputs();
+        cluster.refresh_layout();
+        cluster.process(outputs);
+        runtime.spawn(cluster.clone().drive());
+        Ok(ClusterRuntime { runtime, cluster })
+    }
+
+    fn learn_ids(&self, map: &ClusterMap) {
+        let mut ids = self.raft_ids.lock();
+        for c in map.cells() {
+            ids.insert(group::raft_id(&c.id), c.id.clone());
+        }
+    }
+
+    pub fn cell_of_raft_id(&self, id: u64) -> Option<CellId> {
+        self.raft_ids.lock().get(&id).cloned()
+    }
+
+    /// The link to `to`, created on first use from its address in the map.
+    pub fn link(&self, to: &CellId) -> Option<Arc<Link>> {
+        let addr = {
+            let ring = self.ring.lock();
+            ring.map().cell(to).map(|c| c.address.peer.clone())
+        };
+        let mut links = self.links.lock();
+        if let Some(l) = links.get(to) {
+            if addr.as_ref().is_none_or(|a| *a == l.addr) {
+                return Some(l.clone());
+            }
+        }
+        let addr = addr?;
+        let link = Link::start(
+            &self.handle,
+            self.me.clone(),
+            to.clone(),
+            addr,
+            self.config.wire,
+            self.epoch.clone(),
+            Duration::from_millis(self.config.peer_connect_timeout_ms),
+        );
+        links.insert(to.clone(), link.clone());
+        Some(link)
+    }
+
+    /// The ring driver: ticks, installs maps the consensus group committed, expires waits.
+    async fn drive(self: Arc<Self>) {
+        let mut every = tokio::time::interval(Duration::from_millis(10));
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            every.tick().await;
+            if let Some(raft) = self.raft.get() {
+                let committed = raft.current_map();
+                if committed.epoch() > self.epoch() {
+                    self.install_map(committed);
+                }
+            }
+            let now = self.now_ms();
+            let outputs = {
+                let mut ring = self.ring.lock();
+                ring.tick(now);
+                ring.drain_outputs()
+            };
+            self.process(outputs);
+            self.repl.check_waiters();
+        }
+    }
+
+    /// Handles a ring message from a peer.
+    pub fn step(self: &Arc<Self>, m: RingMessage) {
+        let now = self.now_ms();
+        let outputs = {
+            let mut ring = self.ring.lock();
+            ring.step(m, now);
+            ring.drain_outputs()
+        };
+        self.process(outputs);
+    }
+
+    /// Installs a committed map if it is newer than ours.
+    pub fn install_map(self: &Arc<Self>, map: ClusterMap) {
+        let now = self.now_ms();
+        let outputs = {
+            let mut ring = self.ring.lock();
+            if map.epoch() <= ring.map().epoch() {
+                return;
+            }
+            ring.install_map(map.clone(), now);
+            self.epoch.store(ring.map().epoch(), Ordering::Release);
+            ring.drain_outputs()
+        };
+        self.stats.maps_installed.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(
+            epoch = map.epoch(),
+            cells = map.cells().len(),
+            "map installed"
+        );
+        self.learn_ids(&map);
+        self.refresh_layout();
+        self.process(outputs);
+        self.reconcile_membership();
+    }
+
+    /// Replication targets and range under the installed map: backups, plus division
+    /// children this cell parents, plus cells it streams to right now.
+    fn refresh_layout(self: &Arc<Self>) {
+        let (master, mut targets) = {
+            let ring = self.ring.lock();
+            let map = ring.map();
+            let me = map.cell(&self.me);
+            let active = me.is_some_and(|c| c.state == CellState::Active);
+            let master = me.and_then(|c| c.range).filter(|_| active);
+            let mut targets: Vec<CellId> = if active {
+                map.backups(&self.me).iter().map(|c| c.id.clone()).collect()
+            } else {
+                Vec::new()
+            };
+            for m in map.migrations() {
+                if let Migration::Division { parent, child, .. } = m {
+                    if *parent == self.me && !targets.contains(child) {
+                        targets.push(child.clone());
+                    }
+                }
+            }
+            (master, targets)
+        };
+        for (to, _) in self.streams.lock().iter() {
+            if !targets.contains(to) {
+                targets.push(to.clone());
+            }
+        }
+        let weak = Arc::downgrade(self);
+        let link_for: repl::LinkFor =
+            Arc::new(move |c: &CellId| weak.upgrade().and_then(|cl| cl.link(c)));
+        let weak = Arc::downgrade(self);
+        let on_refused: repl::OnRefused = Arc::new(move |c: &CellId, epoch: u64| {
+            if let Some(cl) = weak.upgrade() {
+                if epoch > cl.epoch() {
+                    cl.fetch_map_from(c.clone());
+                }
+            }
+        });
+        self.repl
+            .set_layout(master, &targets, &self.handle, &link_for, &on_refused);
+    }
+
+    /// Executes the ring's outputs.
+    pub fn process(self: &Arc<Self>, outputs: Vec<Output>) {
+        for o in outputs {
+            match o {
+                Output::Send { to, message } => {
+                    let kind = match message {
+                        RingMessage::HeartbeatAck { .. } => FrameKind::HeartbeatAck,
+                        _ => FrameKind::Heartbeat,
+                    };
+                    if let Some(link) = self.link(&to) {
+                        link.send(kind, message.encode());
+                    }
+                }
+                Output::Propose(p) => {
+                    let cl = self.clone();
+                    self.handle.spawn(async move {
+                        let change = format!("{:?}", p.change);
+                        let t = Duration::from_millis(cl.config.ring.proposal_retry_ms);
+                        match group::propose(&cl, p, t).await {
+                            Ok(map) => cl.install_map(map),
+                            Err(e) => {
+                                tracing::debug!(%change, error = %e, "proposal not committed")
+                            }
+                        }
+                    });
+                }
+                Output::Holdings { master, backups } => self.trim(master, backups),
+                Output::StartHandOff { child, range } => self.start_stream(child, range, true),
+                Output::Resync { to, range } => self.start_stream(to, range, false),
+                Output::NeedMap { from } => self.fetch_map_from(from),
+                Output::ConfirmMap { epoch, sent_at_ms } => {
+                    let cl = self.clone();
+                    self.handle.spawn(async move {
+                        if group::confirm(&cl, epoch).await {
+                            let outputs = {
+                                let mut ring = cl.ring.lock();
+                                ring.map_confirmed(epoch, sent_at_ms);
+                                ring.drain_outputs()
+                            };
+                            cl.process(outputs);
+                        }
+                    });
+                }
+                Output::Fenced => {
+                    tracing::error!(cell = %self.me, "this cell was removed from the ring: it no longer serves keys; restart it to rejoin as a new cell");
+                }
+            }
+        }
+    }
+
+    /// Fetches `from`'s map and installs it if newer.
+    pub fn fetch_map_from(self: &Arc<Self>, from: CellId) {
+        let Some(link) = self.link(&from) else { return };
+        let cl = self.clone();
+        self.handle.spawn(async move {
+            if let Ok(f) = link.call(FrameKind::MapRequest, Vec::new()).await {
+                if f.kind == FrameKind::MapUpdate {
+                    if let Ok(m) = ClusterMap::decode(
+                        &f.payload,
+                        cellcache_cluster::map::MAP_BYTES_MAX_DEFAULT,
+                    ) {
+                        cl.install_map(m);
+                    }
+                }
+            }
+        });
+    }
+
+    /// Drops what this cell no longer holds (only once it is Active: a joining cell keeps
+    /// what its parent streams).
+    fn trim(&self, master: Option<HashRange>, backups: Vec<HashRange>) {
+        let Some(master) = master else { return };
+        let mut keep: Vec<(u64, u64)> = Vec::new();
+        for r in std::iter::once(master).chain(backups) {
+            if r.start <= r.end {
+                keep.push((r.start, r.end));
+            } else {
+                keep.push((r.start, u64::MAX));
+                keep.push((0, r.end));
+            }
+        }
+        keep.sort_unstable();
+        let mut dropped = 0;
+        let mut next: u64 = 0;
+        let mut covered_to_end = false;
+        for (s, e) in keep {
+            if s > next {
+                dropped += self
+                    .cell
+                    .store
+                    .drop_range(cellcache_store::HashRange::new(next, s - 1));
+            }
+            if e == u64::MAX {
+                covered_to_end = true;
+                break;
+            }
+            next = next.max(e + 1);
+        }
+        if !covered_to_end {
+            dropped += self
+                .cell
+                .store
+                .drop_range(cellcache_store::HashRange::new(next, u64::MAX));
+        }
+        if dropped > 0 {
+            tracing::info!(dropped, "items outside this cell's ranges dropped");
+        }
+    }
+
+    /// Streams a snapshot of `range` (plus live writes) to `to`; reports to the ring.
+    fn start_stream(self: &Arc<Self>, to: CellId, range: HashRange, handoff: bool) {
+        if !self
+            .streams
+            .lock()
+            .insert((to.clone(), (range.start, range.end)))
+        {
+            return;
+        }
+        self.refresh_layout();
+        let cl = self.clone();
+        tracing::info!(to = %to, %range, handoff, "streaming range");
+        self.handle.spawn(async move {
+            let started = Instant::now();
+            let ok = cl.repl.stream(&cl.cell.store, &to, range).await;
+            cl.streams.lock().remove(&(to.clone(), (range.start, range.end)));
+            tracing::info!(to = %to, %range, ok, ms = started.elapsed().as_millis() as u64, "stream finished");
+            if ok {
+                let outputs = {
+                    let mut ring = cl.ring.lock();
+                    if handoff {
+                        ring.handoff_caught_up(&to);
+                    } else {
+                        ring.resync_done(&to, range);
+                    }
+                    ring.drain_outputs()
+                };
+                cl.process(outputs);
+            }
+            cl.refresh_layout();
+        });
+    }
+
+    /// A predecessor finished re-sending `range` to this cell.
+    pub fn resync_received(self: &Arc<Self>, from: &CellId, _range: HashRange) {
+        let outputs = {
+            let mut ring = self.ring.lock();
+            ring.resync_received(from);
+            ring.drain_outputs()
+        };
+        self.process(outputs);
+    }
+
+    /// On the leader: makes the consensus group's membership follow the map (new cells
+    /// learn, `Membership::from_map` votes).
+    fn reconcile_membership(self: &Arc<Self>) {
+        if self.reconciling.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let cl = self.clone();
+        self.handle.spawn(async move {
+            for _ in 0..10 {
+                let Some(raft) = cl.raft.get() else { break };
+                if raft.leader() != Some(raft.id()) {
+                    break;
+                }
+                let map = raft.current_map();
+                let want = cellcache_cluster::Membership::from_map(&map, cl.config.voters_max);
+                let have = raft.membership();
+                let mut changed = false;
+                for c in map.cells() {
+                    if !have.voters.contains(&c.id) && !have.learners.contains(&c.id) {
+                        tracing::info!(cell = %c.id, "adding cell to the consensus group as a learner");
+                        let add = raft.add_learner(group::raft_id(&c.id), &c.id);
+                        match tokio::time::timeout(Duration::from_secs(10), add).await {
+                            Ok(Ok(())) => changed = true,
+                            Ok(Err(e)) => tracing::warn!(cell = %c.id, error = %e, "add learner failed"),
+                            Err(_) => tracing::warn!(cell = %c.id, "add learner timed out"),
+                        }
+                    }
+                }
+                if want.voters != raft.membership().voters {
+                    let ids = want.voters.iter().map(group::raft_id).collect();
+                    match raft.change_voters(ids).await {
+                        Ok(()) => {
+                            changed = true;
+                            tracing::info!(voters = ?want.voters, "consensus voters changed");
+                        }
+                        Err(e) => tracing::warn!(error = %e, "changing voters failed"),
+                    }
+                }
+                if !changed {
+                    break;
+                }
+            }
+            cl.reconciling.store(false, Ordering::Release);
+        });
+    }
+
+    /// `cluster join`: a new cell at `address` divides `parent` (default: the cell with the
+    /// largest range). Resolves to the committed map.
+    pub async fn admit(
+        self: &Arc<Self>,
+        address: CellAddress,
+        parent: Option<CellId>,
+    ) -> Result<ClusterMap, String> {
+        let deadline = Instant::now() + Duration::from_millis(self.config.request_timeout_ms * 4);
+        loop {
+            let map = self.ring.lock().map().clone();
+            if let Some(c) = map.cells().iter().find(|c| c.address == address) {
+                // Already admitted (a retried join): answer with the map that has it.
+                let _ = c;
+                return Ok(map);
+            }
+            let parent = match &parent {
+                Some(p) => p.clone(),
+                None => map
+                    .active_cells()
+                    .max_by_key(|c| c.range.map_or(0, |r| r.len()))
+                    .map(|c| c.id.clone())
+                    .ok_or("no active cell")?,
+            };
+            let p = Proposal {
+                based_on_epoch: map.epoch(),
+                change: Change::BeginDivision {
+                    parent,
+                    child_address: address.clone(),
+                },
+            };
+            match group::propose(
+                self,
+                p,
+                Duration::from_millis(self.config.request_timeout_ms),
+            )
+            .await
+            {
+                Ok(m) => {
+                    self.install_map(m.clone());
+                    return Ok(m);
+                }
+                Err(e) if Instant::now() >= deadline => return Err(e.to_string()),
+                Err(e) => {
+                    tracing::debug!(error = %e, "join proposal not committed; retrying");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+    }
+
+    /// `cluster leave CELL` / the ring's own leave: proposes the cell's absorption.
+    pub async fn leave(self: &Arc<Self>, cell: CellId) -> Result<ClusterMap, String> {
+        let map = self.ring.lock().map().clone();
+        let p = Proposal {
+            based_on_epoch: map.epoch(),
+            change: Change::BeginAbsorption {
+                departed: cell,
+                reason: cellcache_cluster::AbsorptionReason::Leaving,
+            },
+        };
+        let m = group::propose(
+            self,
+            p,
+            Duration::from_millis(self.config.request_timeout_ms),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        self.install_map(m.clone());
+        Ok(m)
+    }
+}
+
+/// Binds the peer listener: `port`, or client port + 10000, or any free port.
+fn bind_peer(client: SocketAddr, port: u16) -> anyhow::Result<std::net::TcpListener> {
+    let bind = |p: u16| {
+        let l = std::net::TcpListener::bind(SocketAddr::new(client.ip(), p))?;
+        l.set_nonblocking(true)?;
+        std::io::Result::Ok(l)
+    };
+    if port != 0 {
+        return bind(port).with_context(|| format!("binding the peer port {port}"));
+    }
+    if let Some(p) = client
+        .port()
+        .checked_add(10_000)
+        .filter(|_| client.port() != 0)
+    {
+        if let Ok(l) = bind(p) {
+            return Ok(l);
+        }
+    }
+    bind(0).context("binding a peer port")
+}
+
+/// Asks the cell at `join` (client port) to admit this cell; returns the map that has it.
+fn join_ring(join: &str, me: &CellAddress, timeout_ms: u64) -> anyhow::Result<ClusterMap> {
+    let deadline = Instant::now() + Duration::from_millis(timeout_ms * 10);
+    loop {
+        match try_join(join, me, timeout_ms) {
+            Ok(m) => return Ok(m),
+            Err(e) if Instant::now() < deadline => {
+                tracing::info!(error = %e, "join not accepted yet; retrying");
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            Err(e) => return Err(e.context(format!("joining the ring through {join}"))),
+        }
+    }
+}
+
+fn try_join(join: &str, me: &CellAddress, timeout_ms: u64) -> anyhow::Result<ClusterMap> {
+    let mut s = TcpStream::connect(join)?;
+    s.set_read_timeout(Some(Duration::from_millis(timeout_ms * 5)))?;
+    write!(s, "cluster join {} {}\r\n", me.client, me.peer)?;
+    let mut r = BufReader::new(s);
+    let mut line = String::new();
+    r.read_line(&mut line)?;
+    let Some(len) = line.strip_prefix("JOINED ") else {
+        anyhow::bail!("{}", line.trim_end());
+    };
+    let len: usize = len.trim_end().parse().context("bad JOINED line")?;
+    anyhow::ensure!(
+        len <= cellcache_cluster::map::MAP_BYTES_MAX_DEFAULT,
+        "map too large"
+    );
+    let mut body = vec![0u8; len + 2];
+    r.read_exact(&mut body)?;
+    Ok(ClusterMap::decode(
+        &body[..len],
+        cellcache_cluster::map::MAP_BYTES_MAX_DEFAULT,
+    )?)
+}

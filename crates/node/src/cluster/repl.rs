@@ -1,0 +1,584 @@
+//! Replication (SPEC C5) and range streaming (hand-off, re-replication), master side.
+//!
+//! The store reports every mutation to [`Replicator::record`] under the lock of the shard
+//! that applied it. Mutations of keys in this cell's master range are encoded once as
+//! full-state [`ReplicationRecord`]s and appended to the backlog of every target (the
+//! backups in the installed map, plus a division child during a hand-off). Because the
+//! append happens under the shard lock, the backlog order of any one key is the order the
+//! store applied its mutations; a target's single sender task sends the backlog in order
+//! over the target's link, one batch in flight at a time, and trims it when acknowledged.
+//! Sequence numbers come from one cell-wide counter, so they only grow within a target's
+//! stream, even across target changes, and the receiver skips anything at or below what it
+//! has applied (records are full state: applying one twice is harmless).
+//!
+//! A request that wrote runs with a *capture* installed on its thread ([`capture`]): the
+//! positions its mutations got in each backlog. In `sync` mode its reply is held until
+//! every target acknowledged those positions ([`Replicator::wait`]).
+//!
+//! Snapshots ([`Replicator::start_stream`]) walk the range with `Store::scan_range` and
+//! append each item to the target's backlog from inside the scan callback, i.e. under the
+//! same shard lock the change feed is called under: snapshot and live records of one key
+//! are in store order, with no gap between them. A `SnapshotDone` marker ends the stream;
+//! the stream is done when the target acknowledged it.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use cellcache_cluster::wire::FrameKind;
+use cellcache_cluster::wire::payload::{RangeSeq, ReplicationOp, ReplicationRecord};
+use cellcache_cluster::{CellId, HashRange};
+use cellcache_store::{Change, ChangeKind, ChangeSink, ScanCursor, Store};
+use parking_lot::Mutex;
+
+use super::link::{Link, LinkError};
+
+/// Offset of `seq` in an encoded record (see `wire::payload`).
+const SEQ_OFFSET: usize = 17;
+
+/// One entry of a target's backlog.
+enum Entry {
+    /// Encoded records.
+    Record(Vec<u8>),
+    /// End of a snapshot of `range`.
+    Done(HashRange),
+}
+
+struct TargetState {
+    backlog: VecDeque<(u64, Entry)>,
+    backlog_bytes: usize,
+    /// Highest sequence the target acknowledged.
+    acked: u64,
+    /// The last attempt to reach the target failed (policy `no_backup` applies).
+    unreachable: bool,
+}
+
+/// A cell receiving this cell's replication stream.
+pub struct Target {
+    pub to: CellId,
+    state: Mutex<TargetState>,
+    wake: tokio::sync::Notify,
+    closed: AtomicBool,
+}
+
+impl Target {
+    fn acked(&self) -> u64 {
+        self.state.lock().acked
+    }
+}
+
+/// How the replicator reaches a target's link.
+pub type LinkFor = Arc<dyn Fn(&CellId) -> Option<Arc<Link>> + Send + Sync>;
+/// Called when a target refused a batch, with the refuser's epoch.
+pub type OnRefused = Arc<dyn Fn(&CellId, u64) + Send + Sync>;
+
+/// Positions a request's mutations took: wait for these acknowledgements.
+pub type Positions = Vec<(Arc<Target>, u64)>;
+
+thread_local! {
+    static CAPTURE: RefCell<Option<Positions>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` recording the backlog positions of the mutations it makes.
+pub fn capture<R>(f: impl FnOnce() -> R) -> (R, Positions) {
+    CAPTURE.with(|c| *c.borrow_mut() = Some(Vec::new()));
+    let r = f();
+    let positions = CAPTURE.with(|c| c.borrow_mut().take()).unwrap_or_default();
+    (r, positions)
+}
+
+struct Waiter {
+    positions: Positions,
+    deadline: Instant,
+    done: Box<dyn FnOnce(Result<(), WaitError>) + Send>,
+}
+
+/// Why a write's replication could not be confirmed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitError {
+    /// A backup is unreachable (policy `refuse`).
+    Unreachable,
+    /// No acknowledgement within the request timeout.
+    Timeout,
+}
+
+/// Policy knobs, from the node config.
+#[derive(Debug, Clone, Copy)]
+pub struct ReplPolicy {
+    pub accept_unreachable: bool,
+    pub chunk_bytes: usize,
+    pub backlog_bytes_max: usize,
+    pub stream_bytes_per_sec: u64,
+}
+
+struct Layout {
+    /// The range whose mutations are replicated (this cell's master range).
+    master: Option<HashRange>,
+    targets: BTreeMap<CellId, Arc<Target>>,
+}
+
+/// The store's change sink and the master side of replication; see the module docs.
+pub struct Replicator {
+    layout: Mutex<Layout>,
+    seq: AtomicU64,
+    waiters: Mutex<Vec<Waiter>>,
+    policy: Mutex<ReplPolicy>,
+    /// Writes acknowledged although a backup was unreachable (policy `accept`).
+    pub unreplicated_acks: AtomicU64,
+    /// Records sent to targets.
+    pub records_sent: AtomicU64,
+}
+
+impl Replicator {
+    pub fn new(policy: ReplPolicy) -> Arc<Replicator> {
+        Arc::new(Replicator {
+            layout: Mutex::new(Layout {
+                master: None,
+                targets: BTreeMap::new(),
+            }),
+            seq: AtomicU64::new(0),
+            waiters: Mutex::new(Vec::new()),
+            policy: Mutex::new(policy),
+            unreplicated_acks: AtomicU64::new(0),
+            records_sent: AtomicU64::new(0),
+        })
+    }
+
+    fn policy(&self) -> ReplPolicy {
+        *self.policy.lock()
+    }
+
+    /// The current targets.
+    pub fn targets(&self) -> Vec<Arc<Target>> {
+        self.layout.lock().targets.values().cloned().collect()
+    }
+
+    /// Sets the replicated range and the set of targets; new targets get a sender task on
+    /// `rt` sending through `link_for`. Removed targets stop.
+    pub fn set_layout(
+        self: &Arc<Self>,
+        master: Option<HashRange>,
+        targets: &[CellId],
+        rt: &tokio::runtime::Handle,
+        link_for: &LinkFor,
+        on_refused: &OnRefused,
+    ) {
+        let mut layout = self.layout.lock();
+        layout.master = master;
+        let removed: Vec<CellId> = layout
+            .targets
+            .keys()
+            .filter(|c| !targets.contains(c))
+            .cloned()
+            .collect();
+        for c in removed {
+            if let Some(t) = layout.targets.remove(&c) {
+                t.closed.store(true, Ordering::Release);
+                t.wake.notify_one();
+            }
+        }
+        for c in targets {
+            if layout.targets.contains_key(c) {
+                continue;
+            }
+            let t = Arc::new(Target {
+                to: c.clone(),
+                state: Mutex::new(TargetState {
+                    backlog: VecDeque::new(),
+                    backlog_bytes: 0,
+                    acked: self.seq.load(Ordering::Acquire),
+                    unreachable: false,
+                }),
+                wake: tokio::sync::Notify::new(),
+                closed: AtomicBool::new(false),
+            });
+            layout.targets.insert(c.clone(), t.clone());
+            rt.spawn(self.clone().sender(t, link_for.clone(), on_refused.clone()));
+        }
+        drop(layout);
+        self.check_waiters();
+    }
+
+    /// Appends `bytes` (records) or a marker to one target's backlog; returns the sequence.
+    fn push(&self, t: &Target, entry: Entry) -> u64 {
+        let seq = self.seq.fetch_add(1, Ordering::AcqRel) + 1;
+        let mut entry = entry;
+        let mut st = t.state.lock();
+        if let Entry::Record(b) = &mut entry {
+            // One record per entry: its `seq` field sits after op (1) and range (16).
+            if let Some(field) = b.get_mut(SEQ_OFFSET..SEQ_OFFSET + 8) {
+                field.copy_from_slice(&seq.to_le_bytes());
+            }
+            st.backlog_bytes += b.len();
+        }
+        st.backlog.push_back((seq, entry));
+        drop(st);
+        t.wake.notify_one();
+        seq
+    }
+
+    /// Holds `done` until every position is acknowledged (or fails it, see [`WaitError`]).
+    pub fn wait(
+        &self,
+        positions: Positions,
+        timeout: Duration,
+        done: Box<dyn FnOnce(Result<(), WaitError>) + Send>,
+    ) {
+        self.waiters.lock().push(Waiter {
+            positions,
+            deadline: Instant::now() + timeout,
+            done,
+        });
+        self.check_waiters();
+    }
+
+    /// Completes the waiters whose positions are acknowledged, fails the expired or
+    /// unreachable ones.
+    pub fn check_waiters(&self) {
+        let accept = self.policy().accept_unreachable;
+        let now = Instant::now();
+        let mut finished = Vec::new();
+        {
+            let mut waiters = self.waiters.lock();
+            let mut i = 0;
+            while i < waiters.len() {
+                let w = &waiters[i];
+                let mut outcome = Some(Ok(()));
+                let mut unreplicated = false;
+                for (t, seq) in &w.positions {
+                    let st = t.state.lock();
+                    if st.acked >= *seq || t.closed.load(Ordering::Acquire) {
+                        continue;
+                    }
+                    if st.unreachable {
+                        if accept {
+                            unreplicated = true;
+                            continue;
+                        }
+                        outcome = Some(Err(WaitError::Unreachable));
+                        break;
+                    }
+                    outcome = if now >= w.deadline {
+                        Some(Err(WaitError::Timeout))
+                    } else {
+                        None
+                    };
+                    break;
+                }
+                if let Some(o) = outcome {
+                    if unreplicated && o.is_ok() {
+                        self.unreplicated_acks.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!("write acknowledged without an unreachable backup");
+                    }
+                    let w = waiters.swap_remove(i);
+                    finished.push((w.done, o));
+                } else {
+                    i += 1;
+                }
+            }
+        }
+        for (done, o) in finished {
+            done(o);
+        }
+    }
+
+    /// One target's sender: sends the backlog in order, one batch in flight.
+    async fn sender(self: Arc<Self>, t: Arc<Target>, link_for: LinkFor, on_refused: OnRefused) {
+        let mut backoff = Duration::from_millis(10);
+        loop {
+            if t.closed.load(Ordering::Acquire) {
+                return;
+            }
+            let chunk = self.policy().chunk_bytes;
+            // The next batch: consecutive records after `acked`, or one marker.
+            let batch = {
+                let st = t.state.lock();
+                let mut payload = Vec::new();
+                let mut last = 0;
+                let mut done = None;
+                for (seq, e) in st.backlog.iter() {
+                    if *seq <= st.acked {
+                        continue;
+                    }
+                    match e {
+                        Entry::Record(b) => {
+                            if !payload.is_empty() && payload.len() + b.len() > chunk {
+                                break;
+                            }
+                            payload.extend_from_slice(b);
+                            last = *seq;
+                        }
+                        Entry::Done(range) => {
+                            if payload.is_empty() {
+                                done = Some((*seq, *range));
+                            }
+                            break;
+                        }
+                    }
+                }
+                if let Some((seq, range)) = done {
+                    let mut p = Vec::new();
+                    RangeSeq { range, seq }.encode(&mut p);
+                    Some((FrameKind::SnapshotDone, p, seq))
+                } else if !payload.is_empty() {
+                    Some((FrameKind::Replicate, payload, last))
+                } else {
+                    None
+                }
+            };
+            let Some((kind, payload, last)) = batch else {
+                let _ = tokio::time::timeout(Duration::from_millis(100), t.wake.notified()).await;
+                continue;
+            };
+            let Some(link) = link_for(&t.to) else {
+                t.state.lock().unreachable = true;
+                self.check_waiters();
+                tokio::time::sleep(backoff).await;
+                continue;
+            };
+            let records = payload.len();
+            match link.call(kind, payload).await {
+                Ok(f) if f.kind == FrameKind::ReplicateAck => {
+                    let acked = RangeSeq::decode(&f.payload).map_or(last, |a| a.seq.min(last));
+                    self.records_sent
+                        .fetch_add(records as u64, Ordering::Relaxed);
+                    let mut st = t.state.lock();
+                    st.unreachable = false;
+                    st.acked = st.acked.max(acked);
+                    while st.backlog.front().is_some_and(|(s, _)| *s <= st.acked) {
+                        if let Some((_, Entry::Record(b))) = st.backlog.pop_front() {
+                            st.backlog_bytes -= b.len();
+                        }
+                    }
+                    drop(st);
+                    backoff = Duration::from_millis(10);
+                    self.check_waiters();
+                }
+                Ok(f) => {
+                    // Refused: the target has another map (fencing). Refresh and retry.
+                    tracing::debug!(to = %t.to, epoch = f.epoch, reason = %String::from_utf8_lossy(&f.payload), "replication refused");
+                    on_refused(&t.to, f.epoch);
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_millis(200));
+                }
+                Err(e) => {
+                    if matches!(e, LinkError::Unreachable(..)) {
+                        t.state.lock().unreachable = true;
+                        self.check_waiters();
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_millis(200));
+                }
+            }
+            self.trim_backlog(&t);
+        }
+    }
+
+    /// A backlog above the bound is dropped: its waiters fail and the target is resynced by
+    /// the ring's retry (or the next stream).
+    fn trim_backlog(&self, t: &Target) {
+        let max = self.policy().backlog_bytes_max;
+        let mut st = t.state.lock();
+        if st.backlog_bytes > max {
+            tracing::warn!(to = %t.to, bytes = st.backlog_bytes, "replication backlog over its bound: dropped, target needs a resync");
+            st.backlog.clear();
+            st.backlog_bytes = 0;
+            st.unreachable = true;
+        }
+    }
+
+    /// Streams a snapshot of `range` into `to`'s backlog (which must be a target), then a
+    /// `SnapshotDone`; resolves when `to` acknowledged it. Throttled by the policy.
+    pub async fn stream(&self, store: &Store, to: &CellId, range: HashRange) -> bool {
+        let Some(t) = self.layout.lock().targets.get(to).cloned() else {
+            return false;
+        };
+        let policy = self.policy();
+        let store_range = cellcache_store::HashRange::new(range.start, range.end);
+        let mut cursor = Some(ScanCursor::START);
+        let started = Instant::now();
+        let mut bytes_total: u64 = 0;
+        while let Some(c) = cursor {
+            if t.closed.load(Ordering::Acquire) {
+                return false;
+            }
+            let now = now_secs();
+            let mut bytes = 0usize;
+            cursor = store.scan_range(store_range, now, c, |item| {
+                let rec = ReplicationRecord {
+                    range,
+                    seq: 0,
+                    op: ReplicationOp::Set {
+                        key: item.key,
+                        value: item.value,
+                        flags: item.flags,
+                        expiry_unix_secs: u64::from(item.expiry.as_unix_secs()),
+                        cas: item.cas,
+                    },
+                };
+                let mut b = Vec::with_capacity(item.key.len() + item.value.len() + 48);
+                if rec.encode(&mut b).is_ok() {
+                    bytes += b.len();
+                    self.push(&t, Entry::Record(b));
+                }
+            });
+            bytes_total += bytes as u64;
+            // Backpressure: let the target drain before reading more.
+            while t.state.lock().backlog_bytes > policy.chunk_bytes * 8 {
+                if t.closed.load(Ordering::Acquire) {
+                    return false;
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            if policy.stream_bytes_per_sec > 0 {
+                let due = Duration::from_secs_f64(
+                    bytes_total as f64 / policy.stream_bytes_per_sec as f64,
+                );
+                if let Some(wait) = due.checked_sub(started.elapsed()) {
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        }
+        let marker = self.push(&t, Entry::Done(range));
+        loop {
+            if t.closed.load(Ordering::Acquire) {
+                return false;
+            }
+            if t.acked() >= marker {
+                return true;
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(20), t.wake.notified()).await;
+        }
+    }
+}
+
+fn now_secs() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| u32::try_from(d.as_secs()).unwrap_or(u32::MAX))
+        .max(1)
+}
+
+impl ChangeSink for Replicator {
+    fn record(&self, change: &Change<'_>) {
+        let layout = self.layout.lock();
+        let Some(master) = layout.master else { return };
+        if layout.targets.is_empty() {
+            return;
+        }
+        let op = match change.kind {
+            ChangeKind::Put {
+                key,
+                value,
+                flags,
+                expiry,
+                cas,
+                stale: _,
+            } => ReplicationOp::Set {
+                key,
+                value,
+                flags,
+                expiry_unix_secs: u64::from(expiry.as_unix_secs()),
+                cas,
+            },
+            ChangeKind::Delete { key } => ReplicationOp::Delete { key },
+            ChangeKind::Touch { key, expiry } => ReplicationOp::Touch {
+                key,
+                expiry_unix_secs: u64::from(expiry.as_unix_secs()),
+            },
+            ChangeKind::Flush => ReplicationOp::Flush {
+                at_unix_secs: u64::from(now_secs()),
+            },
+        };
+        let key = match op {
+            ReplicationOp::Set { key, .. }
+            | ReplicationOp::Delete { key }
+            | ReplicationOp::Touch { key, .. } => Some(key),
+            ReplicationOp::Flush { .. } => None,
+        };
+        if let Some(key) = key {
+            if !master.contains(cellcache_store::key_hash(key)) {
+                return;
+            }
+        }
+        let rec = ReplicationRecord {
+            range: master,
+            seq: 0,
+            op,
+        };
+        let mut bytes = Vec::new();
+        if rec.encode(&mut bytes).is_err() {
+            return;
+        }
+        let targets: Vec<Arc<Target>> = layout.targets.values().cloned().collect();
+        drop(layout);
+        let mut positions = Vec::with_capacity(targets.len());
+        for t in targets {
+            let seq = self.push(&t, Entry::Record(bytes.clone()));
+            positions.push((t, seq));
+        }
+        CAPTURE.with(|c| {
+            if let Some(v) = c.borrow_mut().as_mut() {
+                v.extend(positions);
+            }
+        });
+    }
+}
+
+/// Applies a `Replicate` or `SnapshotChunk` payload to the backup's store; returns the
+/// highest sequence applied (records at or below `applied` are skipped).
+pub fn apply_records(
+    store: &Store,
+    payload: &[u8],
+    applied: &mut u64,
+    now: u32,
+) -> Result<(), String> {
+    use cellcache_store::{Expiry, OwnedItem};
+    for rec in ReplicationRecord::decode_all(payload) {
+        let rec = rec.map_err(|e| e.to_string())?;
+        if rec.seq <= *applied {
+            continue;
+        }
+        *applied = rec.seq;
+        let expiry = |s: u64| Expiry::at(u32::try_from(s).unwrap_or(u32::MAX));
+        let outcome = match rec.op {
+            ReplicationOp::Set {
+                key,
+                value,
+                flags,
+                expiry_unix_secs,
+                cas,
+            } => store.insert_item(
+                &OwnedItem {
+                    key: key.to_vec(),
+                    value: value.to_vec(),
+                    flags,
+                    expiry: expiry(expiry_unix_secs),
+                    cas,
+                    stale: false,
+                },
+                now,
+            ),
+            ReplicationOp::Delete { key } => store.apply_change(&ChangeKind::Delete { key }, now),
+            ReplicationOp::Touch {
+                key,
+                expiry_unix_secs,
+            } => store.apply_change(
+                &ChangeKind::Touch {
+                    key,
+                    expiry: expiry(expiry_unix_secs),
+                },
+                now,
+            ),
+            ReplicationOp::Flush { .. } => store.apply_change(&ChangeKind::Flush, now),
+        };
+        if let Err(e) = outcome {
+            // A backup out of memory keeps going: it is a cache, and the master's copy is
+            // authoritative; the item is simply missing here.
+            tracing::debug!(error = %e, "replicated record not stored");
+        }
+    }
+    Ok(())
+}

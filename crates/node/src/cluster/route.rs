@@ -1,0 +1,516 @@
+//! The request path of a ring: which cell answers a request, forwarding to it, and holding a
+//! write's reply until its backups applied it.
+//!
+//! [`dispatch`] takes one complete request (its raw bytes) and calls `done` exactly once
+//! with the reply. It never blocks: local work runs inline, forwarded work is handed to the
+//! owner's [`super::link::Link`] with a callback, and retries are timers on the peer
+//! runtime. Submissions to one link happen in the caller's order, so a pipeline of requests
+//! for one master arrives there in order, and the master executes forwarded requests in
+//! arrival order (see `server`).
+//!
+//! A request forwarded by another cell is never forwarded again: the master serves it,
+//! answers `Refused` when its map says another cell owns a key (the sender refreshes its map
+//! and re-routes), or, past the deadline, a retryable `SERVER_ERROR`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cellcache_cluster::CellId;
+use cellcache_cluster::wire::FrameKind;
+use cellcache_proto::{Parsed, Request, parse};
+
+use super::Cluster;
+use super::repl::{self, Positions, WaitError};
+use crate::counters::LocalCounters;
+use crate::local::Flow;
+
+/// The outcome of a dispatched request.
+#[derive(Debug)]
+pub enum Reply {
+    /// memcached reply bytes (possibly empty for `noreply`).
+    Bytes(Vec<u8>),
+    /// Only for forwarded requests: this cell does not master a key (reason for logs).
+    Refused(String),
+}
+
+pub type Done = Box<dyn FnOnce(Reply) + Send>;
+
+/// The retryable error a client sees when no master could be reached in time.
+pub const UNAVAILABLE: &[u8] = b"SERVER_ERROR cluster: no master available for this key, retry\r\n";
+/// The error a client sees when a write could not be confirmed on its backups.
+pub const UNREPLICATED: &[u8] =
+    b"SERVER_ERROR cluster: write not confirmed by its backup (it may or may not be applied)\r\n";
+
+/// How a dispatch was started.
+#[derive(Debug, Clone, Copy)]
+pub struct Ctx {
+    /// The request came from another cell: never forward it again.
+    pub forwarded: bool,
+    /// The sender's map epoch (forwarded requests).
+    pub from_epoch: u64,
+    pub deadline: Instant,
+}
+
+/// Where a request must run.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// No key (version, stats…), or a forwarded flush: this cell.
+    NoKeys,
+    /// Every key is mastered here and may be served now.
+    Local,
+    /// Every key is mastered here but may not be served yet (lease, map confirmation).
+    Wait,
+    /// Every key is mastered by that cell.
+    Remote(CellId),
+    /// Keys of several masters (multi-key get): the owner of each key, `None` for here.
+    Split(Vec<Option<CellId>>),
+    /// `flush_all` from a client: every cell.
+    Broadcast,
+}
+
+/// The key hashes of a request, `None` when it has no key.
+pub fn key_hashes(req: &Request<'_>) -> Option<Vec<u64>> {
+    let mut buf: cellcache_proto::meta::BinaryKeyBuf =
+        [0; std::mem::size_of::<cellcache_proto::meta::BinaryKeyBuf>()];
+    let one = |k: &[u8]| Some(vec![cellcache_store::key_hash(k)]);
+    match req {
+        Request::Retrieve(r) => Some(r.keys.iter().map(cellcache_store::key_hash).collect()),
+        Request::Store(s) => one(s.key),
+        Request::Delete { key, .. }
+        | Request::Arithmetic { key, .. }
+        | Request::Touch { key, .. } => one(key),
+        Request::MetaGet { key, .. }
+        | Request::MetaSet { key, .. }
+        | Request::MetaDelete { key, .. }
+        | Request::MetaArithmetic { key, .. }
+        | Request::MetaDebug { key } => one(key.binary(&mut buf)),
+        _ => None,
+    }
+}
+
+fn noreply(req: &Request<'_>) -> bool {
+    match req {
+        Request::Store(s) => s.noreply,
+        Request::Delete { noreply, .. }
+        | Request::Arithmetic { noreply, .. }
+        | Request::Touch { noreply, .. }
+        | Request::FlushAll { noreply, .. } => *noreply,
+        _ => false,
+    }
+}
+
+/// Decides where `req` runs under the installed map at `now_ms`.
+pub fn place(cl: &Cluster, req: &Request<'_>, forwarded: bool) -> Placement {
+    if matches!(req, Request::FlushAll { .. }) {
+        return if forwarded {
+            Placement::NoKeys
+        } else {
+            Placement::Broadcast
+        };
+    }
+    let Some(hashes) = key_hashes(req) else {
+        return Placement::NoKeys;
+    };
+    let now = cl.now_ms();
+    let ring = cl.ring.lock();
+    let map = ring.map();
+    let me = ring.id();
+    let mut owners: Vec<Option<CellId>> = Vec::with_capacity(hashes.len());
+    let mut all_servable = true;
+    for &h in &hashes {
+        let owner = &map.owner(h).id;
+        if owner == me {
+            all_servable &= ring.can_serve(h, now);
+            owners.push(None);
+        } else {
+            owners.push(Some(owner.clone()));
+        }
+    }
+    drop(ring);
+    let first = owners[0].clone();
+    if owners.iter().all(|o| *o == first) {
+        match first {
+            None if all_servable => Placement::Local,
+            None => Placement::Wait,
+            Some(o) => Placement::Remote(o),
+        }
+    } else {
+        Placement::Split(owners)
+    }
+}
+
+/// Executes `req` here, recording the replication positions of its mutations.
+pub fn execute_local(
+    cl: &Cluster,
+    req: &Request<'_>,
+    now: u32,
+    out: &mut Vec<u8>,
+    counters: &mut LocalCounters,
+) -> (Flow, Positions) {
+    repl::capture(|| crate::local::execute(&cl.cell, req, now, out, counters))
+}
+
+/// Whether a reply with these positions must wait for the backups.
+pub fn must_wait(cl: &Cluster, positions: &Positions) -> bool {
+    !positions.is_empty() && cl.config.replication == crate::config::ReplicationMode::Sync
+}
+
+/// Holds `reply` until `positions` are acknowledged, then calls `done`.
+pub fn reply_after_replication(
+    cl: &Cluster,
+    positions: Positions,
+    reply: Vec<u8>,
+    quiet: bool,
+    done: Box<dyn FnOnce(Vec<u8>) + Send>,
+) {
+    let timeout = Duration::from_millis(cl.config.request_timeout_ms);
+    cl.repl.wait(
+        positions,
+        timeout,
+        Box::new(move |r: Result<(), WaitError>| match r {
+            Ok(()) => done(reply),
+            Err(_) if quiet => done(Vec::new()),
+            Err(_) => done(UNREPLICATED.to_vec()),
+        }),
+    );
+}
+
+/// Routes one complete request; see the module docs.
+pub fn dispatch(cl: &Arc<Cluster>, bytes: Vec<u8>, ctx: Ctx, done: Done) {
+    let parsed = parse(&bytes, &cl.cell.limits);
+    let Parsed::Complete { request, .. } = parsed else {
+        done(Reply::Bytes(
+            b"SERVER_ERROR cluster: unparsable routed request\r\n".to_vec(),
+        ));
+        return;
+    };
+    let quiet = noreply(&request);
+    match place(cl, &request, ctx.forwarded) {
+        Placement::NoKeys | Placement::Local => {
+            let mut out = Vec::new();
+            let mut counters = LocalCounters::default();
+            let (_, positions) =
+                execute_local(cl, &request, cl.cell.now(), &mut out, &mut counters);
+            cl.cell.counters.absorb(&mut counters);
+            if must_wait(cl, &positions) {
+                reply_after_replication(
+                    cl,
+                    positions,
+                    out,
+                    quiet,
+                    Box::new(move |b| done(Reply::Bytes(b))),
+                );
+            } else {
+                done(Reply::Bytes(out));
+            }
+        }
+        Placement::Wait => retry_later(cl, bytes, ctx, quiet, done),
+        Placement::Remote(owner) if ctx.forwarded => {
+            if ctx.from_epoch > cl.epoch() {
+                // The sender knows a newer map: catch up, then decide again.
+                retry_later(cl, bytes, ctx, quiet, done);
+            } else {
+                done(Reply::Refused(format!("not the master: {owner} is")));
+            }
+        }
+        Placement::Remote(owner) => {
+            forward(cl, owner, bytes, ctx, quiet, done);
+        }
+        Placement::Split(_) if ctx.forwarded => {
+            done(Reply::Refused("keys of several masters".into()));
+        }
+        Placement::Split(owners) => {
+            let Request::Retrieve(r) = &request else {
+                done(Reply::Bytes(UNAVAILABLE.to_vec()));
+                return;
+            };
+            let keys: Vec<Vec<u8>> = r.keys.iter().map(|k| k.to_vec()).collect();
+            split_get(cl, r.return_cas, r.touch_exptime, keys, owners, ctx, done);
+        }
+        Placement::Broadcast => {
+            broadcast(cl, bytes, ctx, quiet, done);
+        }
+    }
+}
+
+fn forward(cl: &Arc<Cluster>, owner: CellId, bytes: Vec<u8>, ctx: Ctx, quiet: bool, done: Done) {
+    let Some(link) = cl.link(&owner) else {
+        retry_later(cl, bytes, ctx, quiet, done);
+        return;
+    };
+    cl.stats
+        .forwarded
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let cl2 = cl.clone();
+    let resend = bytes.clone();
+    link.request(
+        FrameKind::ForwardRequest,
+        bytes,
+        Box::new(move |r| match r {
+            Ok(f) if f.kind == FrameKind::ForwardReply => done(Reply::Bytes(f.payload)),
+            Ok(f) => {
+                // Refused: the owner has another map. Fetch the newer one, route again.
+                cl2.stats
+                    .refused
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if f.epoch > cl2.epoch() {
+                    cl2.fetch_map_from(owner);
+                }
+                retry_later(&cl2, resend, ctx, quiet, done);
+            }
+            Err(_) => retry_later(&cl2, resend, ctx, quiet, done),
+        }),
+    );
+}
+
+/// Tries again shortly, or gives up with the retryable error after the deadline.
+fn retry_later(cl: &Arc<Cluster>, bytes: Vec<u8>, ctx: Ctx, quiet: bool, done: Done) {
+    if Instant::now() >= ctx.deadline {
+        cl.stats
+            .unavailable
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        done(Reply::Bytes(if quiet {
+            Vec::new()
+        } else {
+            UNAVAILABLE.to_vec()
+        }));
+        return;
+    }
+    let cl = cl.clone();
+    cl.handle.clone().spawn(async move {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        dispatch(&cl, bytes, ctx, done);
+    });
+}
+
+/// `flush_all` from a client: every Active cell flushes (each replicates to its backups).
+fn broadcast(cl: &Arc<Cluster>, bytes: Vec<u8>, ctx: Ctx, quiet: bool, done: Done) {
+    let others: Vec<CellId> = {
+        let ring = cl.ring.lock();
+        let me = ring.id().clone();
+        ring.map()
+            .active_cells()
+            .map(|c| c.id.clone())
+            .filter(|c| *c != me)
+            .collect()
+    };
+    let gather = Gather::new(others.len() + 1, move |parts: Vec<Vec<u8>>| {
+        let failed = parts
+            .iter()
+            .find(|p| p.as_slice() != b"OK\r\n" && !p.is_empty());
+        done(Reply::Bytes(match failed {
+            Some(p) if !quiet => p.clone(),
+            _ if quiet => Vec::new(),
+            _ => b"OK\r\n".to_vec(),
+        }))
+    });
+    for (i, o) in others.into_iter().enumerate() {
+        let g = gather.clone();
+        match cl.link(&o) {
+            Some(link) => link.request(
+                FrameKind::ForwardRequest,
+                bytes.clone(),
+                Box::new(move |r| {
+                    g.put(
+                        i + 1,
+                        match r {
+                            Ok(f) if f.kind == FrameKind::ForwardReply => f.payload,
+                            _ => UNAVAILABLE.to_vec(),
+                        },
+                    )
+                }),
+            ),
+            None => g.put(i + 1, UNAVAILABLE.to_vec()),
+        }
+    }
+    let local = Ctx {
+        forwarded: true,
+        ..ctx
+    };
+    let g = gather.clone();
+    dispatch(
+        cl,
+        bytes,
+        local,
+        Box::new(move |r| {
+            g.put(
+                0,
+                match r {
+                    Reply::Bytes(b) => b,
+                    Reply::Refused(_) => UNAVAILABLE.to_vec(),
+                },
+            )
+        }),
+    );
+}
+
+/// A multi-key get whose keys have several masters: one get per master, in parallel, the
+/// answers merged back into the order of the request's keys.
+#[allow(clippy::too_many_arguments)]
+fn split_get(
+    cl: &Arc<Cluster>,
+    return_cas: bool,
+    touch_exptime: Option<i64>,
+    keys: Vec<Vec<u8>>,
+    owners: Vec<Option<CellId>>,
+    ctx: Ctx,
+    done: Done,
+) {
+    let mut groups: Vec<(Option<CellId>, Vec<usize>)> = Vec::new();
+    for (i, o) in owners.iter().enumerate() {
+        match groups.iter_mut().find(|(g, _)| g == o) {
+            Some((_, idx)) => idx.push(i),
+            None => groups.push((o.clone(), vec![i])),
+        }
+    }
+    let group_of: Vec<usize> = owners
+        .iter()
+        .map(|o| groups.iter().position(|(g, _)| g == o).unwrap_or(0))
+        .collect();
+    let n = groups.len();
+    let keys2 = keys.clone();
+    let gather = Gather::new(n, move |parts: Vec<Vec<u8>>| {
+        done(Reply::Bytes(merge_gets(&keys2, &group_of, &parts)))
+    });
+    for (gi, (_, idx)) in groups.into_iter().enumerate() {
+        let mut sub = Vec::new();
+        cellcache_proto::write_retrieve(
+            &mut sub,
+            return_cas,
+            touch_exptime,
+            idx.iter().map(|&i| keys[i].as_slice()),
+        );
+        let g = gather.clone();
+        dispatch(
+            cl,
+            sub,
+            ctx,
+            Box::new(move |r| {
+                g.put(
+                    gi,
+                    match r {
+                        Reply::Bytes(b) => b,
+                        Reply::Refused(_) => UNAVAILABLE.to_vec(),
+                    },
+                )
+            }),
+        );
+    }
+}
+
+/// Merges per-master get replies into one, in the order of `keys`. A part that is not a
+/// get reply (an error line) becomes the whole reply.
+fn merge_gets(keys: &[Vec<u8>], group_of: &[usize], parts: &[Vec<u8>]) -> Vec<u8> {
+    let mut blocks: Vec<std::collections::VecDeque<(&[u8], &[u8])>> = Vec::new();
+    for p in parts {
+        match value_blocks(p) {
+            Some(b) => blocks.push(b.into()),
+            None => return p.clone(),
+        }
+    }
+    let mut out = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        let q = &mut blocks[group_of[i]];
+        if q.front().is_some_and(|(k, _)| *k == key.as_slice()) {
+            if let Some((_, block)) = q.pop_front() {
+                out.extend_from_slice(block);
+            }
+        }
+    }
+    out.extend_from_slice(b"END\r\n");
+    out
+}
+
+/// Splits `VALUE …\r\n<data>\r\n … END\r\n` into (key, whole block); `None` if malformed.
+fn value_blocks(reply: &[u8]) -> Option<Vec<(&[u8], &[u8])>> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    loop {
+        let rest = &reply[at..];
+        if rest == b"END\r\n" {
+            return Some(out);
+        }
+        let eol = rest.windows(2).position(|w| w == b"\r\n")?;
+        let line = &rest[..eol];
+        let mut tokens = line.split(|&b| b == b' ');
+        if tokens.next()? != b"VALUE" {
+            return None;
+        }
+        let key = tokens.next()?;
+        let _flags = tokens.next()?;
+        let len: usize = std::str::from_utf8(tokens.next()?).ok()?.parse().ok()?;
+        let end = eol.checked_add(2)?.checked_add(len)?.checked_add(2)?;
+        if end > rest.len() {
+            return None;
+        }
+        out.push((key, &rest[..end]));
+        at += end;
+    }
+}
+
+/// Collects `n` parts from any threads and calls `finish` with them, in index order.
+struct Gather {
+    state: parking_lot::Mutex<GatherState>,
+}
+
+type GatherDone = Box<dyn FnOnce(Vec<Vec<u8>>) + Send>;
+/// Parts so far, parts missing, and what to call with all of them.
+type GatherState = (Vec<Option<Vec<u8>>>, usize, Option<GatherDone>);
+
+impl Gather {
+    fn new(n: usize, finish: impl FnOnce(Vec<Vec<u8>>) + Send + 'static) -> Arc<Gather> {
+        Arc::new(Gather {
+            state: parking_lot::Mutex::new((vec![None; n], n, Some(Box::new(finish)))),
+        })
+    }
+
+    fn put(&self, i: usize, part: Vec<u8>) {
+        let mut st = self.state.lock();
+        if st.0[i].is_none() {
+            st.0[i] = Some(part);
+            st.1 -= 1;
+        }
+        if st.1 == 0 {
+            if let Some(f) = st.2.take() {
+                let parts =
+                    st.0.iter_mut()
+                        .map(|p| p.take().unwrap_or_default())
+                        .collect();
+                drop(st);
+                f(parts);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_keeps_request_order_and_duplicates() {
+        let keys: Vec<Vec<u8>> = vec![b"a".to_vec(), b"b".to_vec(), b"a".to_vec(), b"c".to_vec()];
+        let group_of = [0, 1, 0, 1];
+        let p0 = b"VALUE a 0 1\r\nx\r\nVALUE a 0 1\r\nx\r\nEND\r\n".to_vec();
+        let p1 = b"VALUE c 5 2\r\nyz\r\nEND\r\n".to_vec();
+        let merged = merge_gets(&keys, &group_of, &[p0, p1]);
+        assert_eq!(
+            merged,
+            b"VALUE a 0 1\r\nx\r\nVALUE a 0 1\r\nx\r\nVALUE c 5 2\r\nyz\r\nEND\r\n"
+        );
+    }
+
+    #[test]
+    fn an_error_part_is_the_reply() {
+        let keys: Vec<Vec<u8>> = vec![b"a".to_vec(), b"b".to_vec()];
+        let merged = merge_gets(&keys, &[0, 1], &[b"END\r\n".to_vec(), UNAVAILABLE.to_vec()]);
+        assert_eq!(merged, UNAVAILABLE);
+    }
+
+    #[test]
+    fn value_blocks_refuse_truncation() {
+        assert!(value_blocks(b"VALUE a 0 10\r\nxx\r\nEND\r\n").is_none());
+        assert!(value_blocks(b"VALUE a 0 zz\r\nxx\r\nEND\r\n").is_none());
+        assert_eq!(value_blocks(b"END\r\n").unwrap().len(), 0);
+    }
+}

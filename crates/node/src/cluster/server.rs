@@ -1,0 +1,202 @@
+//! The peer listener: inbound connections from other cells.
+//!
+//! Each connection starts with the sender's `Hello` (a fenced sender is refused and
+//! disconnected). Frames are then handled in arrival order on the connection's reader:
+//! forwarded requests execute inline (so one sender's pipeline executes in order; only a
+//! write's wait for its backups, and retries, continue asynchronously), replication records
+//! are applied inline (the stream's order is the master's), ring messages step the ring;
+//! consensus traffic runs as tasks. Replies go through the connection's writer task, tagged
+//! with the request's id and this cell's epoch.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cellcache_cluster::wire::payload::{self, RangeSeq};
+use cellcache_cluster::wire::{self, Decoded, FrameKind};
+use cellcache_cluster::{CellId, ClusterMap, HashRange, RingMessage};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+
+use super::Cluster;
+use super::link::OwnedFrame;
+use super::route::{self, Ctx, Reply};
+
+/// Frames to write back: (kind, request id, payload).
+type Out = mpsc::UnboundedSender<(FrameKind, u64, Vec<u8>)>;
+
+pub async fn accept_loop(cl: Arc<Cluster>, listener: TcpListener) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let _ = stream.set_nodelay(true);
+                tokio::spawn(connection(cl.clone(), stream));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "peer accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+async fn connection(cl: Arc<Cluster>, stream: TcpStream) {
+    let (mut rd, mut wr) = stream.into_split();
+    let (tx, mut rx) = mpsc::unbounded_channel::<(FrameKind, u64, Vec<u8>)>();
+    let wire_cfg = cl.config.wire;
+    let epoch = cl.epoch.clone();
+    tokio::spawn(async move {
+        let mut out = Vec::with_capacity(64 * 1024);
+        while let Some((kind, id, payload)) = rx.recv().await {
+            let e = epoch.load(std::sync::atomic::Ordering::Acquire);
+            let _ = wire::encode(&wire_cfg, kind, e, id, &payload, &mut out);
+            while out.len() < 256 * 1024 {
+                match rx.try_recv() {
+                    Ok((kind, id, payload)) => {
+                        let _ = wire::encode(&wire_cfg, kind, e, id, &payload, &mut out);
+                    }
+                    Err(_) => break,
+                }
+            }
+            if wr.write_all(&out).await.is_err() {
+                return;
+            }
+            out.clear();
+        }
+    });
+    let mut from: Option<CellId> = None;
+    let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
+    let mut chunk = vec![0u8; 64 * 1024];
+    'read: loop {
+        let n = match rd.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        buf.extend_from_slice(&chunk[..n]);
+        let mut at = 0;
+        loop {
+            match wire::decode(&wire_cfg, &buf[at..]) {
+                Ok(Decoded::Incomplete) => break,
+                Ok(Decoded::Complete { frame, consumed }) => {
+                    at += consumed;
+                    let frame = OwnedFrame::from_frame(&frame);
+                    match &from {
+                        None => {
+                            let hello = (frame.kind == FrameKind::Hello)
+                                .then(|| payload::decode_hello(&frame.payload).ok())
+                                .flatten();
+                            let Some(id) = hello else { break 'read };
+                            if cl.ring.lock().map().is_fenced(&id) {
+                                let _ = tx.send((FrameKind::Refused, 0, b"fenced".to_vec()));
+                                break 'read;
+                            }
+                            from = Some(id);
+                        }
+                        Some(sender) => on_frame(&cl, sender, frame, &tx),
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "bad frame from a peer: closing");
+                    break 'read;
+                }
+            }
+        }
+        buf.drain(..at);
+    }
+}
+
+fn on_frame(cl: &Arc<Cluster>, from: &CellId, f: OwnedFrame, tx: &Out) {
+    let id = f.request_id;
+    match f.kind {
+        FrameKind::Heartbeat | FrameKind::HeartbeatAck => match RingMessage::decode(&f.payload) {
+            Ok(m) => cl.step(m),
+            Err(e) => tracing::debug!(error = %e, "bad ring message"),
+        },
+        FrameKind::ForwardRequest => {
+            if f.epoch > cl.epoch() {
+                cl.fetch_map_from(from.clone());
+            }
+            let ctx = Ctx {
+                forwarded: true,
+                from_epoch: f.epoch,
+                deadline: Instant::now() + Duration::from_millis(cl.config.request_timeout_ms / 2),
+            };
+            let tx = tx.clone();
+            route::dispatch(
+                cl,
+                f.payload,
+                ctx,
+                Box::new(move |r| {
+                    let _ = match r {
+                        Reply::Bytes(b) => tx.send((FrameKind::ForwardReply, id, b)),
+                        Reply::Refused(why) => tx.send((FrameKind::Refused, id, why.into_bytes())),
+                    };
+                }),
+            );
+        }
+        FrameKind::Replicate | FrameKind::SnapshotChunk | FrameKind::SnapshotDone => {
+            // Fencing: a master with an older map may have been deposed; it gets no ack.
+            if f.epoch < cl.epoch() {
+                cl.stats
+                    .replicate_refused
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let _ = tx.send((FrameKind::Refused, id, b"stale epoch".to_vec()));
+                return;
+            }
+            if f.epoch > cl.epoch() {
+                cl.fetch_map_from(from.clone());
+            }
+            let mut applied = cl.applied.lock();
+            let seq = applied.entry(from.clone()).or_insert(0);
+            let range = if f.kind == FrameKind::SnapshotDone {
+                match RangeSeq::decode(&f.payload) {
+                    Ok(d) => {
+                        *seq = (*seq).max(d.seq);
+                        let done = d.range;
+                        let from = from.clone();
+                        let cl2 = cl.clone();
+                        cl.handle
+                            .spawn(async move { cl2.resync_received(&from, done) });
+                        done
+                    }
+                    Err(_) => return,
+                }
+            } else {
+                if let Err(e) =
+                    super::repl::apply_records(&cl.cell.store, &f.payload, seq, cl.cell.now())
+                {
+                    tracing::warn!(error = %e, "bad replication payload");
+                    return;
+                }
+                HashRange::FULL
+            };
+            let mut ack = Vec::new();
+            RangeSeq { range, seq: *seq }.encode(&mut ack);
+            drop(applied);
+            let _ = tx.send((FrameKind::ReplicateAck, id, ack));
+        }
+        FrameKind::MapRequest => {
+            let map = cl.ring.lock().map().encode();
+            let _ = tx.send((FrameKind::MapUpdate, id, map));
+        }
+        FrameKind::MapUpdate => {
+            if let Ok(m) =
+                ClusterMap::decode(&f.payload, cellcache_cluster::map::MAP_BYTES_MAX_DEFAULT)
+            {
+                cl.install_map(m);
+            }
+        }
+        FrameKind::Consensus => {
+            let tx = tx.clone();
+            let cl = cl.clone();
+            cl.handle.clone().spawn(async move {
+                let reply = super::group::handle(cl, f.payload).await;
+                let _ = tx.send((FrameKind::Consensus, id, reply));
+            });
+        }
+        FrameKind::Hello
+        | FrameKind::ForwardReply
+        | FrameKind::ReplicateAck
+        | FrameKind::Refused => {}
+    }
+}
