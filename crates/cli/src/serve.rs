@@ -161,7 +161,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
 
 fn init_logging(config: &NodeConfig) -> anyhow::Result<()> {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_new(&config.log.level)
+    // openraft logs every unreachable peer at WARN/ERROR, which is routine while cells
+    // join or die; the ring logs what matters itself. A filter naming openraft wins.
+    let level = if config.log.level.contains("openraft") {
+        config.log.level.clone()
+    } else {
+        format!("{},openraft=off", config.log.level)
+    };
+    let filter = EnvFilter::try_new(&level)
         .with_context(|| format!("bad log level {:?}", config.log.level))?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -252,3 +252,88 @@ impl Client {
             .1
     }
 }
+
+/// A ring of real `cellcache serve` processes on loopback (cluster tests).
+pub struct Ring {
+    pub cells: Vec<Server>,
+}
+
+/// A free loopback port for a peer listener.
+pub fn free_peer_port() -> u16 {
+    free_port()
+}
+
+impl Ring {
+    /// Starts `n` cells: the first bootstraps, each next one joins through the first and
+    /// the call waits until every cell is Active in every cell's map.
+    pub fn start(n: usize, extra: &[&str]) -> Ring {
+        let mut cells: Vec<Server> = Vec::new();
+        for i in 0..n {
+            let peer = free_peer_port().to_string();
+            let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+            args.extend(["--peer-port".to_string(), peer]);
+            if i > 0 {
+                args.extend(["--join".to_string(), cells[0].addr.to_string()]);
+            }
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            cells.push(Server::start(&args));
+            let ring = Ring { cells };
+            ring.wait_formed(i + 1);
+            cells = ring.into_cells();
+        }
+        Ring { cells }
+    }
+
+    fn into_cells(self) -> Vec<Server> {
+        self.cells
+    }
+
+    /// `cluster status` through cell `i`, without the END line.
+    pub fn status(&self, i: usize) -> Vec<String> {
+        let mut c = self.cells[i].connect();
+        c.send(b"cluster status\r\n");
+        c.lines_until_end()
+    }
+
+    /// Waits until every cell reports `n` Active cells at one epoch.
+    pub fn wait_formed(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let views: Vec<Vec<String>> = (0..self.cells.len()).map(|i| self.status(i)).collect();
+            let epoch = |v: &Vec<String>| v[0].split(' ').nth(1).map(str::to_string);
+            let ok = views.iter().all(|v| {
+                v.iter()
+                    .filter(|l| l.starts_with("CELL") && l.contains(" active "))
+                    .count()
+                    == n
+                    && v.iter().filter(|l| l.starts_with("CELL")).count() == n
+                    && epoch(v) == epoch(&views[0])
+            });
+            if ok {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "ring of {n} did not form: {views:#?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// `cluster ranges` of cell `i`: (role, owner id, count) per line, and the TOTAL.
+    pub fn ranges(&self, i: usize) -> (Vec<(String, String, u64)>, u64) {
+        let mut c = self.cells[i].connect();
+        c.send(b"cluster ranges\r\n");
+        let mut rows = Vec::new();
+        let mut total = 0;
+        for l in c.lines_until_end() {
+            let w: Vec<&str> = l.split(' ').collect();
+            match w[0] {
+                "RANGE" => rows.push((w[1].to_string(), w[2].to_string(), w[4].parse().unwrap())),
+                "TOTAL" => total = w[1].parse().unwrap(),
+                other => panic!("unexpected ranges line {other}"),
+            }
+        }
+        (rows, total)
+    }
+}

@@ -7,6 +7,8 @@
 //!   `parent` (default: the cell with the largest range); answers `JOINED <len>` and the map.
 //! - `cluster leave <cell-id>`: begin the cell's absorption by its successor.
 //! - `cluster ranges`: items this cell holds per range it masters or backs up.
+//! - `cluster peek <key>`: this cell's own copy of a key (master or backup), as
+//!   `VALUE <key> <flags> <bytes> <cas>` … `END`, never forwarded (diagnostics, tests).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +29,22 @@ pub async fn run(cl: Arc<Cluster>, line: String) -> Vec<u8> {
     match words.as_slice() {
         ["cluster", "status"] => status(&cl).await.into_bytes(),
         ["cluster", "ranges"] => ranges(&cl).into_bytes(),
+        ["cluster", "peek", key] => {
+            let mut out = Vec::new();
+            cl.cell.store.get(key.as_bytes(), cl.cell.now(), |item| {
+                cellcache_proto::write_value_header(
+                    &mut out,
+                    key.as_bytes(),
+                    item.flags,
+                    item.value.len(),
+                    Some(item.cas),
+                );
+                out.extend_from_slice(item.value);
+                cellcache_proto::write_value_end(&mut out);
+            });
+            out.extend_from_slice(b"END\r\n");
+            out
+        }
         ["cluster", "join", client, peer, rest @ ..] if rest.len() <= 1 => {
             let parent = match rest.first().map(|p| p.parse::<CellId>()) {
                 None => None,
@@ -55,7 +73,9 @@ pub async fn run(cl: Arc<Cluster>, line: String) -> Vec<u8> {
             },
             Err(_) => b"CLIENT_ERROR bad cell id\r\n".to_vec(),
         },
-        _ => b"CLIENT_ERROR unknown cluster command (status, ranges, join, leave)\r\n".to_vec(),
+        _ => {
+            b"CLIENT_ERROR unknown cluster command (status, ranges, peek, join, leave)\r\n".to_vec()
+        }
     }
 }
 
