@@ -284,6 +284,28 @@ impl Ring {
         Ring { cells }
     }
 
+    /// Starts a `serve --standby` cell (not in the ring yet) and returns its index.
+    pub fn add_standby(&mut self, extra: &[&str]) -> usize {
+        let peer = free_peer_port().to_string();
+        let mut args: Vec<&str> = extra.to_vec();
+        args.extend(["--standby", "--peer-port", &peer]);
+        self.cells.push(Server::start(&args));
+        self.cells.len() - 1
+    }
+
+    /// The id cell `i` has in the ring (`SELF` of its status).
+    pub fn id(&self, i: usize) -> String {
+        let status = self.status(i);
+        status[0].split(' ').nth(7).unwrap().to_string()
+    }
+
+    /// Sends one `cluster …` command to cell `i` and returns its one-line reply.
+    pub fn command(&self, i: usize, line: &str) -> String {
+        let mut c = self.cells[i].connect();
+        c.send(format!("{line}\r\n").as_bytes());
+        c.line()
+    }
+
     fn into_cells(self) -> Vec<Server> {
         self.cells
     }
@@ -297,9 +319,15 @@ impl Ring {
 
     /// Waits until every cell reports `n` Active cells at one epoch.
     pub fn wait_formed(&self, n: usize) {
+        let all: Vec<usize> = (0..self.cells.len()).collect();
+        self.wait_formed_among(n, &all);
+    }
+
+    /// Waits until cells `among` report `n` Active cells (and nothing else) at one epoch.
+    pub fn wait_formed_among(&self, n: usize, among: &[usize]) {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let views: Vec<Vec<String>> = (0..self.cells.len()).map(|i| self.status(i)).collect();
+            let views: Vec<Vec<String>> = among.iter().map(|&i| self.status(i)).collect();
             let epoch = |v: &Vec<String>| v[0].split(' ').nth(1).map(str::to_string);
             let ok = views.iter().all(|v| {
                 v.iter()
