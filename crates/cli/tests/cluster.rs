@@ -176,6 +176,28 @@ fn every_mutation_replicates_with_its_cas() {
             );
         }
     }
+    // An eventual read (`mg … Y`) is answered from the backup's own copy, without
+    // forwarding; a plain read through the backup is forwarded to the master.
+    let k = "m1";
+    let master = ring.master_of(k);
+    let backup = holders(&mut c, k)
+        .into_iter()
+        .find(|&i| i != master)
+        .unwrap();
+    let forwarded = |c: &mut Client| c.stat("cluster_forwarded").parse::<u64>().unwrap();
+    let before = forwarded(&mut c[backup]);
+    c[backup].roundtrip(format!("mg {k} v Y\r\n").as_bytes(), b"VA 1\r\nz\r\n");
+    assert_eq!(
+        forwarded(&mut c[backup]),
+        before,
+        "eventual read served by the backup"
+    );
+    c[backup].roundtrip(format!("mg {k} v\r\n").as_bytes(), b"VA 1\r\nz\r\n");
+    assert_eq!(
+        forwarded(&mut c[backup]),
+        before + 1,
+        "plain read forwarded"
+    );
     // Meta commands travel too.
     c[1].roundtrip(b"ms meta1 2 T0\r\nhi\r\n", b"HD\r\n");
     same_on_both(&mut c, "meta1").unwrap();

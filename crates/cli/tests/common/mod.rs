@@ -306,6 +306,33 @@ impl Ring {
         c.line()
     }
 
+    /// Index of the cell whose range holds `key`'s hash (from cell 0's status).
+    pub fn master_of(&self, key: &str) -> usize {
+        let h = cellcache_cluster::key_hash(key.as_bytes());
+        let status = self.status(0);
+        for (i, s) in self.cells.iter().enumerate() {
+            let line = status
+                .iter()
+                .find(|l| l.starts_with("CELL ") && l.contains(&format!("client={} ", s.addr)));
+            let Some(range) =
+                line.and_then(|l| l.split(' ').find_map(|w| w.strip_prefix("range=")))
+            else {
+                continue;
+            };
+            let Some((a, b)) = range.split_once('-') else {
+                continue;
+            };
+            let (a, b) = (
+                u64::from_str_radix(a, 16).unwrap(),
+                u64::from_str_radix(b, 16).unwrap(),
+            );
+            if cellcache_cluster::HashRange::new(a, b).contains(h) {
+                return i;
+            }
+        }
+        panic!("no master for {key}: {status:?}");
+    }
+
     fn into_cells(self) -> Vec<Server> {
         self.cells
     }

@@ -142,8 +142,8 @@ pub struct Replicator {
     policy: Mutex<ReplPolicy>,
     /// Writes acknowledged although a backup was unreachable (policy `accept`).
     pub unreplicated_acks: AtomicU64,
-    /// Records sent to targets.
-    pub records_sent: AtomicU64,
+    /// Replication payload bytes acknowledged by targets.
+    pub bytes_sent: AtomicU64,
 }
 
 impl Replicator {
@@ -158,7 +158,7 @@ impl Replicator {
             waiters: Mutex::new(Vec::new()),
             policy: Mutex::new(policy),
             unreplicated_acks: AtomicU64::new(0),
-            records_sent: AtomicU64::new(0),
+            bytes_sent: AtomicU64::new(0),
         })
     }
 
@@ -377,8 +377,7 @@ impl Replicator {
             match link.call_at(kind, Some(batch_epoch), payload).await {
                 Ok(f) if f.kind == FrameKind::ReplicateAck => {
                     let acked = RangeSeq::decode(&f.payload).map_or(last, |a| a.seq.min(last));
-                    self.records_sent
-                        .fetch_add(records as u64, Ordering::Relaxed);
+                    self.bytes_sent.fetch_add(records as u64, Ordering::Relaxed);
                     let mut st = t.state.lock();
                     st.unreachable = false;
                     st.acked = st.acked.max(acked);

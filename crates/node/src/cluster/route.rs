@@ -115,6 +115,12 @@ pub fn place(cl: &Cluster, req: &Request<'_>, forwarded: bool) -> Placement {
     let ring = cl.ring.lock();
     let map = ring.map();
     let me = ring.id();
+    if let Request::MetaGet { flags, .. } = req {
+        // `mg … Y`: any copy will do (docs/protocol.md), this cell's if it has one.
+        if flags.eventual && !ring.is_fenced() && map.holds_copy(me, hashes[0]) {
+            return Placement::Local;
+        }
+    }
     let mut owners: Vec<Option<CellId>> = Vec::with_capacity(hashes.len());
     let mut all_servable = true;
     for &h in &hashes {
