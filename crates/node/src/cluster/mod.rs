@@ -225,6 +225,14 @@ impl Cluster {
             };
             self.process(outputs);
             self.repl.check_waiters();
+            for t in self.repl.targets() {
+                if t.take_needs_resync() {
+                    let range = self.ring.lock().map().cell(&self.me).and_then(|c| c.range);
+                    if let Some(range) = range {
+                        self.start_stream(t.to.clone(), range, false);
+                    }
+                }
+            }
         }
     }
 

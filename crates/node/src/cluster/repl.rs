@@ -65,9 +65,16 @@ pub struct Target {
     state: Mutex<TargetState>,
     wake: tokio::sync::Notify,
     closed: AtomicBool,
+    /// Its backlog overflowed and was dropped: it needs a fresh snapshot of the range.
+    needs_resync: AtomicBool,
 }
 
 impl Target {
+    /// Whether the target lost records and must be resynced (clears the flag).
+    pub fn take_needs_resync(&self) -> bool {
+        self.needs_resync.swap(false, Ordering::AcqRel)
+    }
+
     fn acked(&self) -> u64 {
         self.state.lock().acked
     }
@@ -213,6 +220,7 @@ impl Replicator {
                 }),
                 wake: tokio::sync::Notify::new(),
                 closed: AtomicBool::new(false),
+                needs_resync: AtomicBool::new(false),
             });
             layout.targets.insert(c.clone(), t.clone());
             rt.spawn(self.clone().sender(t, link_for.clone(), on_refused.clone()));
@@ -454,9 +462,14 @@ impl Replicator {
         let mut st = t.state.lock();
         if st.backlog_bytes > max {
             tracing::warn!(to = %t.to, bytes = st.backlog_bytes, "replication backlog over its bound: dropped, target needs a resync");
+            st.rejected_upto = self.seq.load(Ordering::Acquire);
+            st.acked = st.rejected_upto;
             st.backlog.clear();
             st.backlog_bytes = 0;
-            st.unreachable = true;
+            t.needs_resync.store(true, Ordering::Release);
+            drop(st);
+            self.check_waiters();
+            return;
         }
     }
 
