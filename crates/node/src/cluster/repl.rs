@@ -455,8 +455,8 @@ impl Replicator {
         }
     }
 
-    /// A backlog above the bound is dropped: its waiters fail and the target is resynced by
-    /// the ring's retry (or the next stream).
+    /// A backlog above the bound is dropped: its waiters fail and the driver resyncs the
+    /// target with a fresh snapshot of the range.
     fn trim_backlog(&self, t: &Target) {
         let max = self.policy().backlog_bytes_max;
         let mut st = t.state.lock();
@@ -469,7 +469,6 @@ impl Replicator {
             t.needs_resync.store(true, Ordering::Release);
             drop(st);
             self.check_waiters();
-            return;
         }
     }
 
