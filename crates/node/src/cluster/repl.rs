@@ -532,9 +532,14 @@ impl Replicator {
             if t.closed.load(Ordering::Acquire) {
                 return false;
             }
-            if t.acked() >= marker {
+            let st = t.state.lock();
+            if marker <= st.rejected_upto {
+                return false; // dropped with an overflowing backlog: not delivered
+            }
+            if st.acked >= marker {
                 return true;
             }
+            drop(st);
             let _ = tokio::time::timeout(Duration::from_millis(20), t.wake.notified()).await;
         }
     }
