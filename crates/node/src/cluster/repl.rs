@@ -532,14 +532,16 @@ impl Replicator {
             if t.closed.load(Ordering::Acquire) {
                 return false;
             }
-            let st = t.state.lock();
-            if marker <= st.rejected_upto {
+            let (acked, rejected) = {
+                let st = t.state.lock();
+                (st.acked, st.rejected_upto)
+            };
+            if marker <= rejected {
                 return false; // dropped with an overflowing backlog: not delivered
             }
-            if st.acked >= marker {
+            if acked >= marker {
                 return true;
             }
-            drop(st);
             let _ = tokio::time::timeout(Duration::from_millis(20), t.wake.notified()).await;
         }
     }
