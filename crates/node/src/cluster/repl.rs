@@ -74,10 +74,6 @@ impl Target {
     pub fn take_needs_resync(&self) -> bool {
         self.needs_resync.swap(false, Ordering::AcqRel)
     }
-
-    fn acked(&self) -> u64 {
-        self.state.lock().acked
-    }
 }
 
 /// How the replicator reaches a target's link.
