@@ -404,3 +404,80 @@ fn split_and_leave_under_load_lose_nothing() {
         check(&run.history, CheckConfig::default()).assert_valid();
     }
 }
+
+/// With the backup killed, a write the master may still serve (its lease from the backup
+/// has not run out) is refused by default (`no_backup = "refuse"`) and acknowledged, counted,
+/// with `accept`. Long leases (backup and map) keep the master serving for the whole test.
+#[test]
+fn an_unreachable_backup_refuses_or_accepts_writes_by_policy() {
+    if common::is_memcached() {
+        return;
+    }
+    for (policy, reply) in [
+        (
+            "refuse",
+            "SERVER_ERROR cluster: write not confirmed by its backup (it may or may not be applied)",
+        ),
+        ("accept", "STORED"),
+    ] {
+        let env = [
+            ("CELLCACHE_CLUSTER__NO_BACKUP", policy),
+            ("CELLCACHE_CLUSTER__RING__LEASE_MS", "20000"),
+            ("CELLCACHE_CLUSTER__RING__SUSPICION_TIMEOUT_MS", "60000"),
+            // Two voters: with one dead the map can no longer be confirmed.
+            ("CELLCACHE_CLUSTER__RING__MAP_LEASE_MS", "20000"),
+        ];
+        let mut ring = Ring::start_with_env(2, &["-m", "32"], &env);
+        let key = (0..)
+            .map(|i| format!("p{i}"))
+            .find(|k| ring.master_of(k) == 0)
+            .unwrap();
+        let mut c = ring.cells[0].connect();
+        c.roundtrip(
+            format!("set {key} 0 0 1\r\na\r\n").as_bytes(),
+            b"STORED\r\n",
+        );
+        ring.cells[1].kill9();
+        c.send(format!("set {key} 0 0 1\r\nb\r\n").as_bytes());
+        assert_eq!(c.line(), reply, "policy {policy}");
+        let unreplicated: u64 = c.stat("cluster_unreplicated_acks").parse().unwrap();
+        assert_eq!(unreplicated > 0, policy == "accept", "policy {policy}");
+    }
+}
+
+/// `replication = "async"`: writes are acknowledged at once and the backups converge.
+#[test]
+fn async_replication_converges() {
+    if common::is_memcached() {
+        return;
+    }
+    let ring = Ring::start_with_env(
+        3,
+        &["-m", "32"],
+        &[("CELLCACHE_CLUSTER__REPLICATION", "async")],
+    );
+    let mut clients: Vec<Client> = ring.cells.iter().map(|s| s.connect()).collect();
+    for i in 0..KEYS {
+        clients[i % 3].roundtrip(format!("set a{i} 0 0 1\r\nx\r\n").as_bytes(), b"STORED\r\n");
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let views: Vec<_> = (0..3).map(|i| ring.ranges(i)).collect();
+        let masters: u64 = views
+            .iter()
+            .map(|(r, _)| r.iter().find(|x| x.0 == "master").unwrap().2)
+            .sum();
+        let backups: u64 = views
+            .iter()
+            .map(|(r, _)| r.iter().find(|x| x.0 == "backup").unwrap().2)
+            .sum();
+        if masters == KEYS as u64 && backups == KEYS as u64 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "backups converge: {views:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}

@@ -129,6 +129,12 @@ impl Server {
         }
     }
 
+    /// SIGKILL, no goodbye (the process is reaped when the `Server` drops).
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
@@ -267,6 +273,11 @@ impl Ring {
     /// Starts `n` cells: the first bootstraps, each next one joins through the first and
     /// the call waits until every cell is Active in every cell's map.
     pub fn start(n: usize, extra: &[&str]) -> Ring {
+        Self::start_with_env(n, extra, &[])
+    }
+
+    /// [`Ring::start`] with environment variables (configuration) for every cell.
+    pub fn start_with_env(n: usize, extra: &[&str], env: &[(&str, &str)]) -> Ring {
         let mut cells: Vec<Server> = Vec::new();
         for i in 0..n {
             let peer = free_peer_port().to_string();
@@ -276,7 +287,7 @@ impl Ring {
                 args.extend(["--join".to_string(), cells[0].addr.to_string()]);
             }
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            cells.push(Server::start(&args));
+            cells.push(Server::start_with_env(&args, env));
             let ring = Ring { cells };
             ring.wait_formed(i + 1);
             cells = ring.into_cells();
