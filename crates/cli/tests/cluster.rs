@@ -481,3 +481,60 @@ fn async_replication_converges() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+/// kill -9 of a cell: its successor takes its range over from its backup copy, both
+/// survivors re-replicate so each holds the other's range again, the absorption completes
+/// (the dead cell leaves every map) and every key written before stays readable through
+/// every survivor.
+#[test]
+fn a_killed_cell_is_absorbed_without_losing_keys() {
+    if common::is_memcached() {
+        return;
+    }
+    let mut ring = Ring::start(3, &["-m", "32"]);
+    let mut c = ring.cells[0].connect();
+    for i in 0..KEYS {
+        let v = value(i, 0);
+        c.roundtrip(
+            format!("set key{i} 0 0 {}\r\n{v}\r\n", v.len()).as_bytes(),
+            b"STORED\r\n",
+        );
+    }
+    let dead_id = ring.id(1);
+    ring.cells[1].kill9();
+    ring.wait_formed_among(2, &[0, 2]);
+    // The absorption completed: the dead cell is gone from every map.
+    for i in [0, 2] {
+        assert!(
+            !ring
+                .status(i)
+                .iter()
+                .any(|l| l.starts_with(&format!("CELL {dead_id} ")))
+        );
+    }
+    for i in [0, 2] {
+        let mut c = ring.cells[i].connect();
+        for k in 0..KEYS {
+            assert_eq!(
+                get(&mut c, &format!("key{k}")),
+                Some(value(k, 0)),
+                "key{k} via {i}"
+            );
+        }
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let views: Vec<_> = [0, 2].iter().map(|&i| ring.ranges(i)).collect();
+        let complete = views.iter().all(|(rows, total)| {
+            rows.iter().map(|r| r.2).sum::<u64>() == KEYS as u64 && *total == KEYS as u64
+        });
+        if complete {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "re-replication completes: {views:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}

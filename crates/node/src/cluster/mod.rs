@@ -558,9 +558,16 @@ impl Cluster {
         loop {
             let map = self.ring.lock().map().clone();
             if let Some(c) = map.cells().iter().find(|c| c.address == address) {
-                // Already admitted (a retried join): answer with the map that has it.
-                let _ = c;
-                return Ok(map);
+                if c.state == CellState::Joining {
+                    // Already admitted (a retried join): answer with the map that has it.
+                    return Ok(map);
+                }
+                // A cell that died at this address is still being absorbed: the new process
+                // must come in as a new cell (empty store, new id) once that is done.
+                return Err(format!(
+                    "address {} still belongs to cell {} ({:?}); retry after its absorption",
+                    address.client, c.id, c.state
+                ));
             }
             let parent = match &parent {
                 Some(p) => p.clone(),
