@@ -279,6 +279,16 @@ impl NodeConfig {
                     .into(),
             ));
         }
+        // One replication record carries a whole item: it must fit one frame.
+        let record_max =
+            self.store.item_size_max_bytes + cellcache_cluster::wire::payload::KEY_BYTES_MAX + 64;
+        if c.enabled && (c.wire.frame_payload_bytes_max as usize) < record_max {
+            return Err(ConfigError::Invalid(format!(
+                "cluster.wire.frame_payload_bytes_max ({}) must hold the largest item \
+                 (store.item_size_max_bytes {} + key + 64 bytes of record header)",
+                c.wire.frame_payload_bytes_max, self.store.item_size_max_bytes
+            )));
+        }
         if c.voters_max == 0 || c.in_flight_per_connection_max == 0 {
             return Err(ConfigError::Invalid(
                 "cluster.voters_max and cluster.in_flight_per_connection_max must be > 0".into(),
