@@ -112,6 +112,14 @@ fn three_cells_serve_one_cache() {
         assert_eq!(backed, master.2, "backup of cell {} is complete", master.1);
     }
     assert_eq!(masters as usize, KEYS);
+    // `quit` behind forwarded requests still delivers their replies, then closes.
+    let remote = (0..KEYS)
+        .find(|&i| ring.master_of(&format!("key{i}")) != 0)
+        .unwrap();
+    let mut c = ring.cells[0].connect();
+    c.send(format!("get key{remote}\r\nquit\r\n").as_bytes());
+    assert_eq!(c.lines_until_end().len(), 2);
+    assert!(c.is_closed());
 }
 
 /// The cell (index) mastering `key` and the one backing it up, by asking each cell's own

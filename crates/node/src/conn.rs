@@ -39,6 +39,7 @@ impl Service for ClientService {
             counters: LocalCounters::default(),
             notify,
             queue: VecDeque::new(),
+            closing: false,
         }
     }
 }
@@ -67,6 +68,9 @@ pub struct Conn {
     counters: LocalCounters,
     notify: Notify,
     queue: VecDeque<Pending>,
+    /// `quit` (or `shutdown`) was executed behind replies still in flight: close once they
+    /// are written, read nothing more.
+    closing: bool,
 }
 
 impl Conn {
@@ -103,6 +107,10 @@ impl Session for Conn {
         let mut p = Progress::default();
         let now = self.cell.now();
         self.flush(output);
+        if self.closing {
+            p.close = self.queue.is_empty();
+            return p;
+        }
         let cluster = self.cell.cluster.get().cloned();
         let standby = cluster.is_none() && self.cell.config.cluster.enabled;
         while p.consumed < input.len() {
@@ -243,7 +251,7 @@ impl Session for Conn {
                         self.queue.push_back(Pending::Ready(tmp));
                     }
                     if flow == Flow::Close {
-                        p.close = true;
+                        self.closing = true;
                         break;
                     }
                 }
@@ -269,20 +277,26 @@ impl Session for Conn {
                     p.consumed += e.consumed;
                     self.discard = e.discard();
                     if e.close {
-                        p.close = true;
+                        self.closing = true;
                         break;
                     }
                 }
             }
         }
         self.flush(output);
+        if self.closing && self.queue.is_empty() {
+            p.close = true;
+        }
         self.cell.counters.absorb(&mut self.counters);
         p
     }
 
     fn on_notify(&mut self, output: &mut Vec<u8>, _budget: usize) -> Progress {
         self.flush(output);
-        Progress::default()
+        Progress {
+            close: self.closing && self.queue.is_empty(),
+            ..Progress::default()
+        }
     }
 }
 
