@@ -6,10 +6,12 @@
 //!   against a list of server addresses;
 //! - [`proxy`]: a fault-injecting TCP proxy (latency, bandwidth, blackhole, drop, reset);
 //! - [`process`]: `cellcache serve` children to kill, pause, resume and restart, with
-//!   their logs kept for post-mortems.
+//!   their logs kept for post-mortems;
+//! - [`netns`]: network namespaces on a bridge, partitioned with nftables drop rules.
 #![forbid(unsafe_code)]
 
 pub mod history;
+pub mod netns;
 pub mod process;
 pub mod proxy;
 pub mod workload;

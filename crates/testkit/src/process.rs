@@ -131,6 +131,9 @@ pub struct ServerSpec {
     pub log_dir: PathBuf,
     /// How long [`Server::start`] waits for the first answer.
     pub ready_timeout: Duration,
+    /// Network namespace to run in (see [`crate::netns::Netns::place`]); `None` is the
+    /// test's own.
+    pub netns: Option<String>,
 }
 
 impl ServerSpec {
@@ -147,6 +150,7 @@ impl ServerSpec {
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
             log_dir: default_log_dir(),
             ready_timeout: Duration::from_secs(20),
+            netns: None,
         })
     }
 
@@ -173,6 +177,7 @@ impl ServerSpec {
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
             log_dir: default_log_dir(),
             ready_timeout: Duration::from_secs(10),
+            netns: None,
         })
     }
 
@@ -318,7 +323,12 @@ impl Server {
     pub fn wait_ready(&mut self, timeout: Duration) -> Result<(), ProcessError> {
         let deadline = Instant::now() + timeout;
         loop {
-            if answers_version(self.spec.addr, Duration::from_millis(500)) {
+            let probe = || answers_version(self.spec.addr, Duration::from_millis(500));
+            let answered = match &self.spec.netns {
+                Some(name) => crate::netns::in_namespace(name, probe).unwrap_or(false),
+                None => probe(),
+            };
+            if answered {
                 return Ok(());
             }
             if let Some(child) = &mut self.child
@@ -373,7 +383,18 @@ impl Server {
         let log_err = log
             .try_clone()
             .map_err(io_error("duplicating the log handle"))?;
-        let child = Command::new(&self.spec.program)
+        let mut command = match &self.spec.netns {
+            // `ip netns exec` execs the program, so the child's pid is the server's own
+            Some(name) => {
+                let mut command = Command::new("ip");
+                command
+                    .args(["netns", "exec", name])
+                    .arg(&self.spec.program);
+                command
+            }
+            None => Command::new(&self.spec.program),
+        };
+        let child = command
             .args(&self.spec.args)
             .envs(self.spec.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
