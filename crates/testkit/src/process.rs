@@ -146,7 +146,8 @@ impl ServerSpec {
             args: ["serve", "-l", "127.0.0.1", "-p", &port.to_string()]
                 .map(String::from)
                 .to_vec(),
-            env: Vec::new(),
+            // plain text logs: they are read in files, not on a terminal
+            env: vec![("NO_COLOR".into(), "1".into())],
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
             log_dir: default_log_dir(),
             ready_timeout: Duration::from_secs(20),
@@ -298,7 +299,34 @@ impl Server {
         if self.child.is_some() {
             self.kill9()?;
         }
+        self.wait_port_free(self.spec.ready_timeout)?;
         self.spawn()
+    }
+
+    /// Waits until the server's port can be bound again. A killed process's listening
+    /// socket can outlive it briefly: sockets registered with io_uring are released by the
+    /// kernel's deferred ring teardown, after the process is reaped.
+    fn wait_port_free(&self, timeout: Duration) -> Result<(), ProcessError> {
+        let addr = self.spec.addr;
+        let bindable = || TcpListener::bind(addr).is_ok();
+        let started = Instant::now();
+        loop {
+            let free = match &self.spec.netns {
+                Some(name) => crate::netns::in_namespace(name, bindable).unwrap_or(false),
+                None => bindable(),
+            };
+            if free {
+                tracing::debug!(server = %self.spec.name, waited = ?started.elapsed(), "port free");
+                return Ok(());
+            }
+            if started.elapsed() >= timeout {
+                return Err(ProcessError::Io {
+                    what: format!("waiting for {addr} to be free for {}", self.spec.name),
+                    source: std::io::ErrorKind::AddrInUse.into(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Replaces the command line used by the next [`Server::restart`] (a restarted cell
