@@ -117,6 +117,30 @@ pub struct Run {
     pub summary: Summary,
 }
 
+impl Run {
+    /// Checks the history; on failure writes it to `<log dir>/<name>.history` (one line
+    /// per operation) and panics with the findings and that path.
+    #[track_caller]
+    pub fn assert_valid(&self, name: &str) {
+        let report = crate::history::check(&self.history, crate::history::CheckConfig::default());
+        if report.is_valid() {
+            return;
+        }
+        let dir = crate::process::default_log_dir();
+        let path = dir.join(format!("{name}.history"));
+        let saved = std::fs::create_dir_all(&dir)
+            .and_then(|()| self.history.write_to(&path))
+            .map_or_else(
+                |e| format!("(not saved: {e})"),
+                |()| path.display().to_string(),
+            );
+        panic!(
+            "history check failed ({:?}); history in {saved}\n{report}",
+            self.summary
+        );
+    }
+}
+
 /// A running workload.
 pub struct Workload {
     config: WorkloadConfig,

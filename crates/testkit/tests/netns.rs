@@ -7,7 +7,6 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use cellcache_testkit::history::{CheckConfig, check};
 use cellcache_testkit::netns::{Netns, NetnsError};
 use cellcache_testkit::process::{Server, ServerSpec};
 use cellcache_testkit::workload::{Workload, WorkloadConfig};
@@ -136,7 +135,7 @@ fn workload_across_a_partition_checks_out() {
     let run = workload.finish();
     assert!(run.summary.unknown > 0, "{:?}", run.summary);
     assert_eq!(run.summary.final_reads_missing, 0);
-    check(&run.history, CheckConfig::default()).assert_valid();
+    run.assert_valid("netns-partition");
 
     // the nemesis works inside a namespace too: the pid is the server's, not `ip`'s
     server.kill9().expect("kill -9");
