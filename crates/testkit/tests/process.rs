@@ -28,8 +28,10 @@ fn request(stream: &mut TcpStream, text: &str) -> std::io::Result<String> {
 fn paused_server_answers_after_resume() {
     let server = cellcache("pause");
     let mut stream = TcpStream::connect(server.addr()).expect("connect");
+    // Generous while the server runs (a loaded CI machine can take a while to answer);
+    // short only for the one read that must find the server stopped.
     stream
-        .set_read_timeout(Some(Duration::from_millis(200)))
+        .set_read_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");
     assert_eq!(
         request(&mut stream, "set k 0 0 1\r\nv\r\n").expect("set"),
@@ -37,6 +39,9 @@ fn paused_server_answers_after_resume() {
     );
 
     server.pause().expect("SIGSTOP");
+    stream
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("timeout");
     let error = request(&mut stream, "get k\r\n").expect_err("no answer while paused");
     assert!(matches!(
         error.kind(),
