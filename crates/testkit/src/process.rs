@@ -49,8 +49,6 @@ pub enum ProcessError {
     },
     #[error("server {name} is not running")]
     NotRunning { name: String },
-    #[error("server {name} did not stop within {waited:?} of SIGSTOP")]
-    NotStopped { name: String, waited: Duration },
     #[error("signal {signal} to server {name}: {source}")]
     Signal {
         name: String,
@@ -282,24 +280,8 @@ impl Server {
 
     /// `SIGSTOP`: the process freezes; its sockets stay open and the kernel keeps
     /// accepting connections into the backlog, as with a GC pause or a frozen VM.
-    /// Returns once every thread of the server is stopped: `kill` only queues the signal,
-    /// and a server still running for a moment after `pause` returned would answer requests
-    /// the test expects to stall.
     pub fn pause(&self) -> Result<(), ProcessError> {
         self.signal(Signal::SIGSTOP)?;
-        let pid = self.pid().ok_or_else(|| ProcessError::NotRunning {
-            name: self.spec.name.clone(),
-        })?;
-        let deadline = Instant::now() + self.spec.ready_timeout;
-        while !all_threads_stopped(pid) {
-            if Instant::now() >= deadline {
-                return Err(ProcessError::NotStopped {
-                    name: self.spec.name.clone(),
-                    waited: self.spec.ready_timeout,
-                });
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
         tracing::info!(server = %self.spec.name, "paused with SIGSTOP");
         Ok(())
     }
@@ -501,22 +483,4 @@ pub fn answers_version(addr: SocketAddr, timeout: Duration) -> bool {
     }
     let mut line = String::new();
     BufReader::new(stream).read_line(&mut line).is_ok() && line.starts_with("VERSION")
-}
-
-/// Whether every thread of `pid` is in the stopped state (`T` in `/proc/<pid>/task/*/stat`).
-/// A thread that has already exited (its `stat` vanished) does not count against it.
-fn all_threads_stopped(pid: u32) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return false;
-    };
-    tasks.flatten().all(|task| {
-        match std::fs::read_to_string(task.path().join("stat")) {
-            // The state is the first field after the parenthesised command name.
-            Ok(stat) => stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().next())
-                .is_some_and(|state| state == "T" || state == "t"),
-            Err(_) => true,
-        }
-    })
 }
