@@ -315,8 +315,22 @@ impl Server {
 
     /// `SIGSTOP`: the process freezes; its sockets stay open and the kernel keeps
     /// accepting connections into the backlog, as with a GC pause or a frozen VM.
+    ///
+    /// Returns once every thread of the process is stopped (`kill` only queues the signal;
+    /// a thread already running could otherwise still answer a request sent right after).
     pub fn pause(&self) -> Result<(), ProcessError> {
         self.signal(Signal::SIGSTOP)?;
+        let pid = self.pid().unwrap_or_default();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !all_threads_stopped(pid) {
+            if Instant::now() >= deadline {
+                return Err(ProcessError::Io {
+                    what: format!("waiting for {} to stop", self.spec.name),
+                    source: std::io::ErrorKind::TimedOut.into(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
         tracing::info!(server = %self.spec.name, "paused with SIGSTOP");
         Ok(())
     }
@@ -504,6 +518,29 @@ impl Drop for Server {
             let _ = child.wait();
         }
     }
+}
+
+/// Whether every thread of process `pid` is in the stopped state (`T` in
+/// `/proc/<pid>/task/<tid>/stat`).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    let mut any = false;
+    for task in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue; // the thread exited meanwhile
+        };
+        // the state follows the command name, which is in parentheses and may hold spaces
+        let state = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.chars().next());
+        if !matches!(state, Some('T' | 't')) {
+            return false;
+        }
+        any = true;
+    }
+    any
 }
 
 /// Whether a memcached-protocol server at `addr` answers `version` within `timeout`.
