@@ -520,7 +520,7 @@ impl Drop for Server {
     }
 }
 
-/// Whether every thread of process `pid` is in the stopped state (`T` in
+/// Whether every user thread of process `pid` is in the stopped state (`T` in
 /// `/proc/<pid>/task/<tid>/stat`).
 fn all_threads_stopped(pid: u32) -> bool {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
@@ -532,9 +532,15 @@ fn all_threads_stopped(pid: u32) -> bool {
             continue; // the thread exited meanwhile
         };
         // the state follows the command name, which is in parentheses and may hold spaces
-        let state = stat
-            .rsplit_once(") ")
-            .and_then(|(_, rest)| rest.chars().next());
+        let Some((name, rest)) = stat.rsplit_once(") ") else {
+            continue;
+        };
+        // io_uring's kernel workers (iou-wrk, iou-sqp) run no user code, so they cannot
+        // answer a request; whether they show as stopped is the kernel's business
+        if name.contains("(iou-") {
+            continue;
+        }
+        let state = rest.chars().next();
         if !matches!(state, Some('T' | 't')) {
             return false;
         }
