@@ -230,3 +230,47 @@ fn workload_through_flaky_proxy_checks_out() {
         assert!(run.summary.ok > 0, "{:?}", run.summary);
     }
 }
+
+#[test]
+fn the_faultproxy_binary_takes_commands_on_stdin() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+
+    let server = cellcache("binary");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cellcache-faultproxy"))
+        .args(["--target", &server.addr().to_string(), "--latency-ms", "1"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn cellcache-faultproxy");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("banner");
+    // "listening 127.0.0.1:PORT -> TARGET"
+    let addr: std::net::SocketAddr = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    let ask = |request: &[u8]| -> std::io::Result<Vec<u8>> {
+        let mut stream = TcpStream::connect(addr)?;
+        stream.set_read_timeout(Some(LONG))?;
+        roundtrip(&mut stream, request, b"\r\n")
+    };
+    assert!(ask(b"version\r\n").expect("passes").starts_with(b"VERSION"));
+
+    let mut command = |text: &str| {
+        writeln!(stdin, "{text}").expect("command");
+        line.clear();
+        stdout.read_line(&mut line).expect("status line");
+        line.clone()
+    };
+    assert!(command("mode reset").contains("Reset"), "{line}");
+    assert!(ask(b"version\r\n").is_err(), "reset by the proxy");
+    assert!(command("heal").contains("Pass"), "{line}");
+    assert!(ask(b"version\r\n").expect("healed").starts_with(b"VERSION"));
+    let _ = child.kill();
+    let _ = child.wait();
+}
