@@ -11,21 +11,34 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use cellcache_testkit::history::{CheckConfig, check};
-use cellcache_testkit::workload::{self, WorkloadConfig};
+use cellcache_testkit::workload::{self, Shape, WorkloadConfig};
 
 fn main() -> anyhow::Result<()> {
     let addr: SocketAddr = std::env::args()
         .nth(1)
         .ok_or_else(|| anyhow::anyhow!("usage: checker_cost HOST:PORT"))?
         .parse()?;
-    println!("| clients | ops per client | keys | operations | record | check | valid |");
-    println!("| --- | --- | --- | --- | --- | --- | --- |");
-    for (clients, ops, keys) in [(4, 200, 8), (8, 2000, 8), (16, 1000, 4), (8, 2000, 1)] {
+    println!("| shape | clients | ops per client | keys | operations | record | check | valid |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    let registers = Shape::Registers { read_percent: 50 };
+    let logs = Shape::AppendLogs { read_percent: 20 };
+    for (shape, clients, ops, keys) in [
+        (registers, 4, 200, 8),
+        (registers, 8, 2000, 8),
+        (registers, 16, 1000, 4),
+        (registers, 8, 2000, 1),
+        (logs, 8, 2000, 4),
+        (logs, 8, 2000, 1),
+    ] {
+        let name = match shape {
+            Shape::Registers { .. } => "registers",
+            Shape::AppendLogs { .. } => "append logs",
+        };
         let config = WorkloadConfig {
             clients,
             ops_per_client: ops,
             keys,
-            key_prefix: format!("cost-{clients}-{ops}-{keys}-"),
+            shape,
             ..WorkloadConfig::registers(vec![addr])
         };
         let started = Instant::now();
@@ -34,7 +47,7 @@ fn main() -> anyhow::Result<()> {
         let started = Instant::now();
         let report = check(&run.history, CheckConfig::default());
         println!(
-            "| {clients} | {ops} | {keys} | {} | {:.0?} | {:.0?} | {} |",
+            "| {name} | {clients} | {ops} | {keys} | {} | {:.0?} | {:.0?} | {} |",
             report.operations_checked,
             recorded,
             started.elapsed(),

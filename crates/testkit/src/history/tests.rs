@@ -312,6 +312,29 @@ fn append_key_loss_and_divergence_fail() {
 }
 
 #[test]
+fn append_read_shorter_than_an_earlier_read_fails() {
+    // both appends unknown, so only the reads say what happened: once a;b; was read, a
+    // later read cannot show the log shorter
+    let mut h = History::new();
+    seq(&mut h, 0, set("l", ""), stored());
+    let a = h.invoke(1, append("l", "a;"));
+    let b = h.invoke(2, append("l", "b;"));
+    seq(&mut h, 3, get("l"), value("a;"));
+    seq(&mut h, 3, get("l"), value("a;b;"));
+    let concurrent = h.invoke(4, get("l"));
+    seq(&mut h, 3, get("l"), value("a;"));
+    h.complete(concurrent, value("a;b;"));
+    h.complete(a, unknown());
+    h.complete(b, unknown());
+    let report = verdict(&h);
+    assert!(
+        matches!(&report.violations[..], [Violation::Diverged { later, .. }]
+            if later.outcome == value("a;")),
+        "{report}"
+    );
+}
+
+#[test]
 fn recorder_is_shared_by_threads_and_orders_events() {
     let recorder = std::sync::Arc::new(Recorder::new());
     let threads: Vec<_> = (0..4u64)
@@ -562,7 +585,42 @@ proptest! {
         seq(&mut h, 99, get("k0"), Outcome::Ok(Reply::Value(Some(broken_value))));
         let report = verdict(&h);
         prop_assert!(!report.is_valid(), "mutation {} passed: {}", how, report);
+        prop_assert_eq!(chain_and_each_read_agree(&h), Ok(()));
     }
+
+    #[test]
+    fn chain_path_agrees_with_checking_each_read(steps in steps(300)) {
+        let (h, _, _) = simulate(&steps, true);
+        prop_assert_eq!(chain_and_each_read_agree(&h), Ok(()));
+    }
+}
+
+/// Whether the fast chain path and the read-by-read reference find violations of the same
+/// kinds for every append key of `h`.
+fn chain_and_each_read_agree(h: &History) -> Result<(), String> {
+    let operations = h.operations().map_err(|e| e.to_string())?;
+    for key in ["k0", "k1"] {
+        let of_key: Vec<Operation> = operations
+            .iter()
+            .filter(|o| o.op.key() == key)
+            .cloned()
+            .collect();
+        let kinds = |each_read| {
+            let mut found = Vec::new();
+            append::check_key_with(key, &of_key, &mut found, each_read);
+            let mut kinds: Vec<_> = found.iter().map(std::mem::discriminant).collect();
+            kinds.sort_by_key(|d| format!("{d:?}"));
+            kinds.dedup();
+            kinds
+        };
+        let (fast, reference) = (kinds(false), kinds(true));
+        if fast != reference {
+            return Err(format!(
+                "key {key}: chain {fast:?}, each read {reference:?}"
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn same_client(a: &[u8], b: &[u8]) -> bool {
