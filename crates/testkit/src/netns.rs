@@ -159,6 +159,14 @@ impl Netns {
         spec
     }
 
+    /// A command that runs `program` inside node `i` (`ip netns exec`); add arguments and
+    /// spawn it as usual.
+    pub fn command(&self, i: usize, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut command = Command::new("ip");
+        command.args(["netns", "exec", &self.nodes[i]]).arg(program);
+        command
+    }
+
     /// Runs `f` on a thread inside node `i`'s namespace.
     pub fn run_in<T: Send>(&self, i: usize, f: impl FnOnce() -> T + Send) -> Result<T, NetnsError> {
         in_namespace(&self.nodes[i], f)

@@ -352,7 +352,11 @@ async fn direction<R, W>(
     };
     let writer = async move {
         while let Some((at, chunk)) = due.recv().await {
-            tokio::time::sleep_until(at).await;
+            // tokio's timer ticks in milliseconds: even an elapsed deadline waits for the
+            // next tick, which would add about 1 ms per hop when no latency is asked for
+            if at > Instant::now() {
+                tokio::time::sleep_until(at).await;
+            }
             if faults.borrow().mode == Mode::Blackhole {
                 continue;
             }
