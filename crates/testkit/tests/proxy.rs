@@ -232,6 +232,30 @@ fn workload_through_flaky_proxy_checks_out() {
 }
 
 #[test]
+fn flaky_connections_give_unknown_outcomes_that_check_out() {
+    let server = cellcache("flaky-resets");
+    let proxy = Proxy::to(server.addr()).expect("proxy");
+    proxy.set_faults(Faults {
+        reset_per_million: 50_000, // one chunk in 20
+        ..Faults::default()
+    });
+    for config in [
+        WorkloadConfig::registers(vec![proxy.addr()]),
+        WorkloadConfig::append_logs(vec![proxy.addr()]),
+    ] {
+        let run = cellcache_testkit::workload::run(WorkloadConfig {
+            attempts_max: 200,
+            ..config
+        })
+        .expect("workload runs");
+        assert!(run.summary.unknown > 0, "{:?}", run.summary);
+        assert!(run.summary.ok > 0, "{:?}", run.summary);
+        assert_eq!(run.summary.final_reads_missing, 0, "{:?}", run.summary);
+        run.assert_valid("flaky-resets");
+    }
+}
+
+#[test]
 fn the_faultproxy_binary_takes_commands_on_stdin() {
     use std::io::BufRead;
     use std::process::{Command, Stdio};

@@ -627,3 +627,74 @@ fn same_client(a: &[u8], b: &[u8]) -> bool {
     let client = |t: &[u8]| t.split(|&c| c == b'.').next().map(|c| c.to_vec());
     client(a) == client(b)
 }
+
+#[test]
+fn timeline_counts_per_bucket_and_finds_the_outage() {
+    use std::time::Duration;
+    let ms = Duration::from_millis;
+    // (invoke ms, complete ms, outcome) for one client each, so events interleave freely
+    let operations = [
+        (0, 5, stored()),
+        (10, 15, stored()),
+        (20, 250, unknown()), // the outage: nothing succeeds from 15 to 260 ms
+        (30, 240, Outcome::Fail("refused".into())),
+        (255, 260, stored()),
+        (265, 270, stored()),
+    ];
+    let mut timed: Vec<(Duration, ClientId, EventKind)> = Vec::new();
+    for (client, (invoke, complete, outcome)) in operations.iter().enumerate() {
+        let client = client as ClientId;
+        timed.push((
+            ms(*invoke),
+            client,
+            EventKind::Invoke(set("k", &format!("v{client}"))),
+        ));
+        timed.push((
+            ms(*complete),
+            client,
+            EventKind::Complete {
+                invoke: u64::MAX, // fixed below, once indices are known
+                outcome: outcome.clone(),
+            },
+        ));
+    }
+    timed.sort_by_key(|(time, _, _)| *time);
+    let mut invoked_at: std::collections::HashMap<ClientId, EventIndex> = Default::default();
+    let events = timed
+        .into_iter()
+        .enumerate()
+        .map(|(index, (time, client, mut kind))| {
+            let index = index as EventIndex;
+            match &mut kind {
+                EventKind::Invoke(_) => {
+                    invoked_at.insert(client, index);
+                }
+                EventKind::Complete { invoke, .. } => *invoke = invoked_at[&client],
+            }
+            Event {
+                index,
+                time,
+                client,
+                kind,
+            }
+        })
+        .collect();
+    let h = History::from_events(events);
+
+    let buckets = timeline::buckets(&h, ms(100)).expect("well formed");
+    let counts: Vec<(u64, u64, u64)> = buckets
+        .iter()
+        .map(|b| (b.ok, b.failed, b.unknown))
+        .collect();
+    assert_eq!(counts, vec![(2, 0, 0), (0, 0, 0), (2, 1, 1)]);
+    assert_eq!(buckets[2].start, ms(200));
+
+    assert_eq!(
+        timeline::longest_gap_without_success(&h, Duration::ZERO).expect("well formed"),
+        Some((ms(15), ms(260)))
+    );
+    assert_eq!(
+        timeline::longest_gap_without_success(&h, ms(300)).expect("well formed"),
+        None
+    );
+}
