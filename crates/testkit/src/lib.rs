@@ -3,8 +3,15 @@
 //! - [`history`]: Jepsen-style histories of client operations and the checker
 //!   (linearizable registers, append logs);
 //! - [`workload`]: threaded memcached text-protocol clients that record such a history
-//!   against a list of server addresses.
+//!   against a list of server addresses;
+//! - [`proxy`]: a fault-injecting TCP proxy (latency, bandwidth, blackhole, drop, reset);
+//! - [`process`]: `cellcache serve` children to kill, pause, resume and restart, with
+//!   their logs kept for post-mortems;
+//! - [`netns`]: network namespaces on a bridge, partitioned with nftables drop rules.
 #![forbid(unsafe_code)]
 
 pub mod history;
+pub mod netns;
+pub mod process;
+pub mod proxy;
 pub mod workload;

@@ -42,7 +42,8 @@ pub struct WorkloadConfig {
     pub servers: Vec<SocketAddr>,
     /// Client threads.
     pub clients: usize,
-    /// Keys `{key_prefix}0` .. `{key_prefix}{keys - 1}`.
+    /// Keys `{key_prefix}0` .. `{key_prefix}{keys - 1}`; they must not exist before the run
+    /// (the checker assumes every key starts absent).
     pub keys: usize,
     pub key_prefix: String,
     pub shape: Shape,
@@ -56,22 +57,27 @@ pub struct WorkloadConfig {
     /// the keys of an append workload; one `request_timeout` apart at most.
     pub attempts_max: usize,
     pub seed: u64,
+    /// Network namespace the clients run in (see [`crate::netns`]); `None` is the
+    /// caller's own.
+    pub netns: Option<String>,
 }
 
 impl WorkloadConfig {
     /// A small register workload against `servers` (4 clients, 8 keys, 200 ops each).
+    /// The key prefix is unique to this call: the checker assumes every key starts absent.
     pub fn registers(servers: Vec<SocketAddr>) -> Self {
         Self {
             servers,
             clients: 4,
             keys: 8,
-            key_prefix: "reg-".into(),
+            key_prefix: format!("reg-{}-", run_tag()),
             shape: Shape::Registers { read_percent: 50 },
             ops_per_client: 200,
             request_timeout: Duration::from_millis(1000),
             think_time: Duration::ZERO,
             attempts_max: 40,
             seed: 1,
+            netns: None,
         }
     }
 
@@ -79,17 +85,28 @@ impl WorkloadConfig {
     pub fn append_logs(servers: Vec<SocketAddr>) -> Self {
         Self {
             keys: 4,
-            key_prefix: "log-".into(),
+            key_prefix: format!("log-{}-", run_tag()),
             shape: Shape::AppendLogs { read_percent: 20 },
             ..Self::registers(servers)
         }
     }
 }
 
+/// A tag no other call returns, in this process or (by the clock) another one.
+fn run_tag() -> String {
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    format!("{:x}{:x}", nanos, CALLS.fetch_add(1, Ordering::Relaxed))
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum WorkloadError {
     #[error("the workload needs at least one server, one client and one key")]
     Empty,
+    #[error("entering the clients' network namespace: {0}")]
+    Netns(#[from] crate::netns::NetnsError),
     #[error("could not create key {key} for the append workload: {outcome:?}")]
     Setup { key: String, outcome: Outcome },
 }
@@ -111,6 +128,30 @@ pub struct Run {
     pub summary: Summary,
 }
 
+impl Run {
+    /// Checks the history; on failure writes it to `<log dir>/<name>.history` (one line
+    /// per operation) and panics with the findings and that path.
+    #[track_caller]
+    pub fn assert_valid(&self, name: &str) {
+        let report = crate::history::check(&self.history, crate::history::CheckConfig::default());
+        if report.is_valid() {
+            return;
+        }
+        let dir = crate::process::default_log_dir();
+        let path = dir.join(format!("{name}.history"));
+        let saved = std::fs::create_dir_all(&dir)
+            .and_then(|()| self.history.write_to(&path))
+            .map_or_else(
+                |e| format!("(not saved: {e})"),
+                |()| path.display().to_string(),
+            );
+        panic!(
+            "history check failed ({:?}); history in {saved}\n{report}",
+            self.summary
+        );
+    }
+}
+
 /// A running workload.
 pub struct Workload {
     config: WorkloadConfig,
@@ -124,6 +165,14 @@ pub struct Workload {
 impl Workload {
     /// Creates the keys (append shape) and starts the client threads.
     pub fn start(config: WorkloadConfig) -> Result<Self, WorkloadError> {
+        match config.netns.clone() {
+            // threads spawned inside the namespace stay there
+            Some(name) => crate::netns::in_namespace(&name, || Self::start_here(config))?,
+            None => Self::start_here(config),
+        }
+    }
+
+    fn start_here(config: WorkloadConfig) -> Result<Self, WorkloadError> {
         if config.servers.is_empty() || config.clients == 0 || config.keys == 0 {
             return Err(WorkloadError::Empty);
         }
@@ -198,19 +247,14 @@ impl Workload {
             let _ = thread.join();
         }
         let mut summary = Summary::default();
-        let mut reader = Client::new(&self.config, 0, &self.recorder, &self.next_client);
-        for key in 0..self.config.keys {
-            let op = Op::Get {
-                key: format!("{}{key}", self.config.key_prefix),
-            };
-            if !matches!(
-                reader.until_answered(&op, self.config.attempts_max),
-                Outcome::Ok(_)
-            ) {
-                summary.final_reads_missing += 1;
-            }
-        }
-        drop(reader);
+        let read_all = || final_reads(&self.config, &self.recorder, &self.next_client);
+        summary.final_reads_missing = match &self.config.netns {
+            Some(name) => crate::netns::in_namespace(name, read_all).unwrap_or_else(|error| {
+                tracing::warn!(%error, "final reads impossible");
+                self.config.keys as u64
+            }),
+            None => read_all(),
+        };
         let history = Arc::into_inner(self.recorder)
             .map(Recorder::into_history)
             .expect("client threads are joined");
@@ -223,6 +267,28 @@ impl Workload {
         }
         Run { history, summary }
     }
+}
+
+/// Reads every key until it answers (bounded); returns how many never did.
+fn final_reads(
+    config: &WorkloadConfig,
+    recorder: &Arc<Recorder>,
+    next_client: &Arc<AtomicU64>,
+) -> u64 {
+    let mut reader = Client::new(config, 0, recorder, next_client);
+    let mut missing = 0;
+    for key in 0..config.keys {
+        let op = Op::Get {
+            key: format!("{}{key}", config.key_prefix),
+        };
+        if !matches!(
+            reader.until_answered(&op, config.attempts_max),
+            Outcome::Ok(_)
+        ) {
+            missing += 1;
+        }
+    }
+    missing
 }
 
 /// Starts a workload, lets it run all its operations and finishes it.

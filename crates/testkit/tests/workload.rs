@@ -191,6 +191,18 @@ fn server_that_forgets_acknowledged_writes_fails_the_check() {
 }
 
 #[test]
+fn a_failed_run_keeps_its_history_for_the_post_mortem() {
+    let config = WorkloadConfig::registers(vec![toy_server(Flaw::ForgetEvery(5))]);
+    let run = workload::run(config).expect("workload runs");
+    let path = cellcache_testkit::process::default_log_dir().join("forgetful.history");
+    let _ = std::fs::remove_file(&path);
+    let failed = std::panic::catch_unwind(|| run.assert_valid("forgetful"));
+    assert!(failed.is_err(), "lost writes must fail the run");
+    let saved = std::fs::read_to_string(&path).expect("history saved");
+    assert_eq!(saved.lines().count(), run.history.len() / 2);
+}
+
+#[test]
 fn timeouts_are_unknown_and_still_pass() {
     for shape in [
         Shape::Registers { read_percent: 50 },
