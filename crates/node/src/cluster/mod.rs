@@ -174,19 +174,29 @@ impl Cluster {
         self.raft_ids.lock().get(&id).cloned()
     }
 
-    /// The link to `to`, created on first use from its address in the map.
+    /// The link to `to`, created on first use from its address in the map. None for a cell
+    /// the map no longer has or declared dead: its address may now belong to a new process
+    /// (a restarted cell rejoins as a new cell at the same address), which must never be
+    /// taken for the old one; the fault tests found a consensus leader replicating its log
+    /// to such a process as if it were the departed member, and panicking on its empty log.
     pub fn link(&self, to: &CellId) -> Option<Arc<Link>> {
         let addr = {
             let ring = self.ring.lock();
-            ring.map().cell(to).map(|c| c.address.peer.clone())
+            ring.map()
+                .cell(to)
+                .filter(|c| c.state != CellState::Dead)
+                .map(|c| c.address.peer.clone())
         };
         let mut links = self.links.lock();
+        let Some(addr) = addr else {
+            links.remove(to);
+            return None;
+        };
         if let Some(l) = links.get(to) {
-            if addr.as_ref().is_none_or(|a| *a == l.addr) {
+            if l.addr == addr {
                 return Some(l.clone());
             }
         }
-        let addr = addr?;
         let link = Link::start(
             &self.handle,
             self.me.clone(),
@@ -489,6 +499,23 @@ impl Cluster {
                             tracing::info!(voters = ?want.voters, "consensus voters changed");
                         }
                         Err(e) => tracing::warn!(error = %e, "changing voters failed"),
+                    }
+                }
+                // Departed cells (kept as learners when they stopped voting) leave the group.
+                let gone: BTreeSet<CellId> = raft
+                    .membership()
+                    .learners
+                    .into_iter()
+                    .filter(|c| !want.learners.contains(c) && !want.voters.contains(c))
+                    .collect();
+                if !gone.is_empty() {
+                    let ids = gone.iter().map(group::raft_id).collect();
+                    match raft.remove_members(ids).await {
+                        Ok(()) => {
+                            changed = true;
+                            tracing::info!(cells = ?gone, "departed cells left the consensus group");
+                        }
+                        Err(e) => tracing::warn!(error = %e, "removing departed cells failed"),
                     }
                 }
                 if !changed {
