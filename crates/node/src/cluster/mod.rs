@@ -351,6 +351,8 @@ impl Cluster {
                                 ring.drain_outputs()
                             };
                             cl.process(outputs);
+                        } else {
+                            cl.ask_for_map(sent_at_ms);
                         }
                     });
                 }
@@ -359,6 +361,29 @@ impl Cluster {
                 }
             }
         }
+    }
+
+    /// The consensus group did not confirm our map: it may have moved on without us (this
+    /// cell was paused or cut off and removed meanwhile, and the cells that could tell us no
+    /// longer talk to a cell outside their map). Ask one other cell of our map for its map,
+    /// a different one each round. The fault tests found a resumed cell that never learnt
+    /// it had been removed and kept every client waiting for the full request timeout.
+    fn ask_for_map(self: &Arc<Self>, round: u64) {
+        let others: Vec<CellId> = {
+            let ring = self.ring.lock();
+            ring.map()
+                .cells()
+                .iter()
+                .filter(|c| c.id != self.me && c.state != CellState::Dead)
+                .map(|c| c.id.clone())
+                .collect()
+        };
+        if others.is_empty() {
+            return;
+        }
+        let step = self.config.ring.heartbeat_interval_ms.max(1);
+        let pick = (round / step) as usize % others.len();
+        self.fetch_map_from(others[pick].clone());
     }
 
     /// Fetches `from`'s map and installs it if newer.
