@@ -478,8 +478,17 @@ impl Cluster {
         });
     }
 
-    /// A predecessor finished re-sending `range` to this cell.
-    pub fn resync_received(self: &Arc<Self>, from: &CellId, _range: HashRange) {
+    /// A predecessor finished re-sending `range` to this cell, under its map `epoch`. The
+    /// ring learns it only once this cell installed that map too: the fault tests found a
+    /// short re-replication finishing before the map that asked for it was installed here,
+    /// so the ring, which starts waiting for it on that install, waited forever and the
+    /// absorption never completed.
+    pub async fn resync_received(self: &Arc<Self>, from: &CellId, range: HashRange, epoch: u64) {
+        let deadline = Instant::now() + Duration::from_millis(self.config.request_timeout_ms);
+        while self.epoch() < epoch && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tracing::debug!(%from, %range, epoch, "re-replication received");
         let outputs = {
             let mut ring = self.ring.lock();
             ring.resync_received(from);
