@@ -36,7 +36,24 @@ enum CtlCommand {
         )]
         server: String,
     },
-    /// Begin the graceful absorption of CELL by its successor.
+    /// Bring a cell started with `serve --standby` (at --new) into the ring as a division of
+    /// CELL: it takes the second half of CELL's range once it caught up.
+    Split {
+        /// The dividing cell's id (as `ctl status` prints it).
+        cell: String,
+        /// Client address of the standby cell.
+        #[arg(long, value_name = "HOST:PORT")]
+        new: String,
+        /// Client address of any cell of the ring.
+        #[arg(
+            short = 's',
+            long,
+            value_name = "HOST:PORT",
+            default_value = "127.0.0.1:11211"
+        )]
+        server: String,
+    },
+    /// Begin the graceful absorption of CELL by its successor; CELL exits once done.
     Leave {
         /// The cell id (as `ctl status` prints it).
         cell: String,
@@ -81,6 +98,7 @@ pub fn run(args: CtlArgs) -> anyhow::Result<()> {
         CtlCommand::Status { server } => (server, "cluster status".to_string()),
         CtlCommand::Ranges { server } => (server, "cluster ranges".to_string()),
         CtlCommand::Leave { cell, server } => (server, format!("cluster leave {cell}")),
+        CtlCommand::Split { cell, new, server } => (new, format!("cluster invite {server} {cell}")),
     };
     let reply = command(server, &line)?;
     print!("{}", reply.replace("\r\n", "\n"));

@@ -51,6 +51,9 @@ pub struct ServeArgs {
     /// Inter-cell port (default: client port + 10000, or any free port).
     #[arg(long, value_name = "PORT")]
     pub peer_port: Option<u16>,
+    /// Wait outside any ring until `cellcache ctl split CELL --new THIS` brings it in.
+    #[arg(long)]
+    pub standby: bool,
     /// Run as a plain memcached-compatible server, not a ring member.
     #[arg(long)]
     pub standalone: bool,
@@ -134,6 +137,9 @@ impl ServeArgs {
         }
         if let Some(p) = self.peer_port {
             c.cluster.peer_port = p;
+        }
+        if self.standby {
+            c.cluster.standby = true;
         }
         if self.standalone {
             c.cluster.enabled = false;

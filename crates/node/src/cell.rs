@@ -27,6 +27,10 @@ pub struct Cell {
     pub started_unix: u64,
     /// This cell's ring membership, set once at start when `cluster.enabled`.
     pub cluster: OnceLock<Arc<crate::cluster::Cluster>>,
+    /// The peer runtime, kept until the cell stops.
+    pub cluster_runtime: parking_lot::Mutex<Option<tokio::runtime::Runtime>>,
+    /// A standby cell's change sink, until `cluster invite` starts its ring membership.
+    pub standby_repl: parking_lot::Mutex<Option<Arc<crate::cluster::repl::Replicator>>>,
 }
 
 impl Cell {
@@ -42,6 +46,8 @@ impl Cell {
             started: Instant::now(),
             started_unix: unix_now_secs(),
             cluster: OnceLock::new(),
+            cluster_runtime: parking_lot::Mutex::new(None),
+            standby_repl: parking_lot::Mutex::new(None),
         }
     }
 

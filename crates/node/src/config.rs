@@ -64,6 +64,9 @@ pub struct ClusterConfig {
     /// Address (`host:port`, a cell's client port) of any cell of the ring to join; empty
     /// bootstraps a new ring of one (`serve --join`).
     pub join: String,
+    /// Start outside any ring and wait to be brought in by `cellcache ctl split` (the
+    /// cell answers keyed requests with `SERVER_ERROR` until then).
+    pub standby: bool,
     /// Copies of each item (master + backups) of a ring this cell bootstraps, 1..=5.
     pub replication_factor: u8,
     /// `sync` acknowledges writes after the backups applied them, `async` before.
@@ -100,6 +103,7 @@ impl Default for ClusterConfig {
             enabled: true,
             peer_port: 0,
             join: String::new(),
+            standby: false,
             replication_factor: 2,
             replication: ReplicationMode::Sync,
             no_backup: NoBackupPolicy::Refuse,

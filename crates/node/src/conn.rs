@@ -104,6 +104,7 @@ impl Session for Conn {
         let now = self.cell.now();
         self.flush(output);
         let cluster = self.cell.cluster.get().cloned();
+        let standby = cluster.is_none() && self.cell.config.cluster.enabled;
         while p.consumed < input.len() {
             p.consumed += self.discard.take(input.len() - p.consumed);
             if p.consumed == input.len() {
@@ -138,7 +139,36 @@ impl Session for Conn {
                     }
                 }
             }
+            if standby && rest.starts_with(b"cluster") {
+                let Some(eol) = rest.iter().position(|&b| b == b'\n') else {
+                    break;
+                };
+                let line = String::from_utf8_lossy(&rest[..eol]).trim_end().to_string();
+                p.consumed += eol + 1;
+                let slot = self.slot();
+                let cell = self.cell.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("cellcache-invite".into())
+                    .spawn(move || slot.fill(invite(&cell, &line)));
+                if spawned.is_err() {
+                    output.extend_from_slice(b"SERVER_ERROR cannot start the join\r\n");
+                }
+                continue;
+            }
             match parse(rest, &self.cell.limits) {
+                Parsed::Complete { request, consumed }
+                    if standby
+                        && (route::key_hashes(&request).is_some()
+                            || matches!(request, cellcache_proto::Request::FlushAll { .. })) =>
+                {
+                    p.consumed += consumed;
+                    let reply: &[u8] = b"SERVER_ERROR standby: this cell is not in a ring yet\r\n";
+                    if self.queue.is_empty() {
+                        output.extend_from_slice(reply);
+                    } else {
+                        self.queue.push_back(Pending::Ready(reply.to_vec()));
+                    }
+                }
                 Parsed::Complete { request, consumed } => {
                     let bytes = &rest[..consumed];
                     p.consumed += consumed;
@@ -150,14 +180,21 @@ impl Session for Conn {
                         Some(cl) => match route::place(cl, &request, false) {
                             Placement::NoKeys | Placement::Local => {
                                 let start = out.len();
-                                let (flow, positions) = route::execute_local(
+                                let (flow, captured) = route::execute_local(
                                     cl,
                                     &request,
                                     now,
                                     out,
                                     &mut self.counters,
                                 );
-                                if route::must_wait(cl, &positions) {
+                                let after = route::after(cl, captured);
+                                if let route::After::Stray = after {
+                                    if out.len() > start {
+                                        out.truncate(start);
+                                        out.extend_from_slice(route::UNAVAILABLE);
+                                    }
+                                }
+                                if let route::After::Wait(positions) = after {
                                     let reply = out.split_off(start);
                                     let quiet = reply.is_empty();
                                     if !direct && !tmp.is_empty() {
@@ -246,5 +283,28 @@ impl Session for Conn {
     fn on_notify(&mut self, output: &mut Vec<u8>, _budget: usize) -> Progress {
         self.flush(output);
         Progress::default()
+    }
+}
+
+/// `cluster invite <ring-cell client address> <parent id>` on a standby cell: joins the ring
+/// as a division of the parent (blocking; runs on its own thread).
+fn invite(cell: &Arc<Cell>, line: &str) -> Vec<u8> {
+    let words: Vec<&str> = line.split_ascii_whitespace().collect();
+    let ["cluster", "invite", ring, parent] = words.as_slice() else {
+        return b"SERVER_ERROR standby: only `cluster invite <ring-addr> <parent-id>` works\r\n"
+            .to_vec();
+    };
+    let Ok(parent) = parent.parse::<cellcache_cluster::CellId>() else {
+        return b"CLIENT_ERROR bad cell id\r\n".to_vec();
+    };
+    let Some(repl) = cell.standby_repl.lock().take() else {
+        return b"SERVER_ERROR already joining or joined\r\n".to_vec();
+    };
+    match crate::cluster::Cluster::start(cell.clone(), repl, ring, Some(&parent)) {
+        Ok(cl) => format!("OK {}\r\n", cl.me).into_bytes(),
+        Err(e) => {
+            tracing::error!(error = %e, "invitation failed");
+            format!("SERVER_ERROR join failed: {e:#}\r\n").into_bytes()
+        }
     }
 }

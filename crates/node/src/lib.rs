@@ -27,8 +27,6 @@ use std::sync::Arc;
 pub struct Node {
     pub cell: Arc<Cell>,
     engine: RunningEngine,
-    /// The peer runtime (ring members only); dropped after the engine stopped.
-    cluster: Option<cluster::ClusterRuntime>,
 }
 
 impl Node {
@@ -66,13 +64,13 @@ impl Node {
         let engine_config = config.io.clone();
         let cell = Arc::new(Cell::new(config, store, limits, shutdown.clone()));
         // The ring first: the client port opens once this cell knows what it owns.
-        let cluster = if cell.config.cluster.enabled {
-            let rt = cluster::Cluster::start(cell.clone(), repl).context("joining the ring")?;
-            let _ = cell.cluster.set(rt.cluster.clone());
-            Some(rt)
-        } else {
-            None
-        };
+        if cell.config.cluster.enabled && cell.config.cluster.standby {
+            tracing::info!("standby: waiting for `ctl split` to bring this cell into a ring");
+            *cell.standby_repl.lock() = Some(repl);
+        } else if cell.config.cluster.enabled {
+            let join = cell.config.cluster.join.clone();
+            cluster::Cluster::start(cell.clone(), repl, &join, None).context("joining the ring")?;
+        }
         let service = Arc::new(conn::ClientService { cell: cell.clone() });
         let engine = cellcache_io::start(
             cell.config.server.io_engine,
@@ -84,11 +82,7 @@ impl Node {
         .context("starting the I/O engine")?;
         let _ = cell.engine_stats.set(engine.stats.clone());
         let _ = cell.engine.set(engine.engine);
-        Ok(Node {
-            cell,
-            engine,
-            cluster,
-        })
+        Ok(Node { cell, engine })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -98,9 +92,9 @@ impl Node {
     /// Blocks until the engine stopped (after the shutdown was triggered).
     pub fn join(self) {
         self.engine.join();
-        if let Some(rt) = self.cluster {
-            rt.runtime
-                .shutdown_timeout(std::time::Duration::from_millis(500));
+        let runtime = self.cell.cluster_runtime.lock().take();
+        if let Some(rt) = runtime {
+            rt.shutdown_timeout(std::time::Duration::from_millis(500));
         }
     }
 }

@@ -97,6 +97,42 @@ fn general(cell: &Cell, now: u32, out: &mut Vec<u8>) {
     stat(out, "slabs_partial", s.slabs_partial);
     stat(out, "slabs_full", s.slabs_full);
     stat(out, "store_shards", s.shards);
+    if let Some(cl) = cell.cluster.get() {
+        use std::sync::atomic::Ordering::Relaxed;
+        stat(out, "cluster_cell", &cl.me);
+        stat(out, "cluster_epoch", cl.epoch());
+        stat(
+            out,
+            "cluster_maps_installed",
+            cl.stats.maps_installed.load(Relaxed),
+        );
+        stat(out, "cluster_forwarded", cl.stats.forwarded.load(Relaxed));
+        stat(
+            out,
+            "cluster_forward_refused",
+            cl.stats.refused.load(Relaxed),
+        );
+        stat(
+            out,
+            "cluster_unavailable",
+            cl.stats.unavailable.load(Relaxed),
+        );
+        stat(
+            out,
+            "cluster_replicate_refused",
+            cl.stats.replicate_refused.load(Relaxed),
+        );
+        stat(
+            out,
+            "cluster_replication_bytes_sent",
+            cl.repl.bytes_sent.load(Relaxed),
+        );
+        stat(
+            out,
+            "cluster_unreplicated_acks",
+            cl.repl.unreplicated_acks.load(Relaxed),
+        );
+    }
 }
 
 fn settings(cell: &Cell, out: &mut Vec<u8>) {

@@ -205,6 +205,9 @@ pub struct MetaGetFlags<'a> {
     pub recache_ttl: Option<i64>,
     /// `T(ttl)`: update the remaining TTL (touch).
     pub new_ttl: Option<i64>,
+    /// `Y` (cellcache extension, not in memcached): an eventual read; in a ring, a cell
+    /// holding a backup copy of the key may answer from it instead of asking the master.
+    pub eventual: bool,
 }
 
 /// `ms` mode (`M` flag).
@@ -363,6 +366,7 @@ struct RawFlags<'a> {
     initial: Option<u64>,
     delta: Option<u64>,
     mode: Option<u8>,
+    eventual: bool,
 }
 
 fn parse_raw<'a>(
@@ -414,6 +418,7 @@ fn parse_tokens<'a>(
             (b'q', _) => raw.quiet = true,
             (b'v', C::Get | C::Arithmetic) => raw.value = true,
             (b'u', C::Get) => raw.no_lru_bump = true,
+            (b'Y', C::Get) => raw.eventual = true,
             (b'I', C::Set | C::Delete) => raw.invalidate = true,
             (b'x', C::Delete) => raw.remove_value = true,
             (b'C', C::Set | C::Delete | C::Arithmetic) => raw.compare_cas = Some(unsigned()?),
@@ -474,6 +479,7 @@ pub(crate) fn parse_get_flags<'a>(
             vivify_ttl: raw.vivify_ttl,
             recache_ttl: raw.recache_ttl,
             new_ttl: raw.ttl,
+            eventual: raw.eventual,
         },
     ))
 }
@@ -619,6 +625,7 @@ impl MetaGetFlags<'_> {
         flag_i64(out, b'N', self.vivify_ttl);
         flag_i64(out, b'R', self.recache_ttl);
         flag_i64(out, b'T', self.new_ttl);
+        flag(out, b'Y', self.eventual);
     }
 }
 

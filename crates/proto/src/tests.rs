@@ -321,12 +321,13 @@ fn meta_requests_parse_every_flag() {
         }
     );
     assert_eq!(
-        parse_ok(b"mg a h l u E77 N30 R10 T-1\r\n"),
+        parse_ok(b"mg a h l u E77 N30 R10 T-1 Y\r\n"),
         Request::MetaGet {
             key: mkey(b"a"),
             flags: MetaGetFlags {
                 returns: returns(&[R::HitBefore, R::LastAccess], None),
                 no_lru_bump: true,
+                eventual: true,
                 new_cas: Some(77),
                 vivify_ttl: Some(30),
                 recache_ttl: Some(10),

@@ -99,23 +99,26 @@ fn meta_get() -> impl Strategy<Value = Request<'static>> {
     (
         meta_key(),
         returns(GET_RETURNS),
-        any::<[bool; 3]>(),
+        any::<[bool; 4]>(),
         any::<Option<u64>>(),
         any::<[Option<i64>; 3]>(),
     )
         .prop_map(
-            |(key, returns, [value, quiet, no_lru_bump], new_cas, ttls)| Request::MetaGet {
-                key,
-                flags: MetaGetFlags {
-                    returns,
-                    value,
-                    quiet,
-                    no_lru_bump,
-                    new_cas,
-                    vivify_ttl: ttls[0],
-                    recache_ttl: ttls[1],
-                    new_ttl: ttls[2],
-                },
+            |(key, returns, [value, quiet, no_lru_bump, eventual], new_cas, ttls)| {
+                Request::MetaGet {
+                    key,
+                    flags: MetaGetFlags {
+                        returns,
+                        value,
+                        quiet,
+                        no_lru_bump,
+                        new_cas,
+                        vivify_ttl: ttls[0],
+                        recache_ttl: ttls[1],
+                        new_ttl: ttls[2],
+                        eventual,
+                    },
+                }
             },
         )
 }

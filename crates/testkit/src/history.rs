@@ -25,11 +25,13 @@
 
 pub mod append;
 pub mod register;
+pub mod timeline;
 
 use std::fmt;
 use std::io::Write;
 use std::path::Path;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// Identifies one sequential client (Jepsen's "process").
 pub type ClientId = u64;
@@ -82,6 +84,9 @@ pub enum Outcome {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Event {
     pub index: EventIndex,
+    /// When it was recorded, since the history's first event (for timelines and measured
+    /// windows; the checker orders by `index` only).
+    pub time: Duration,
     pub client: ClientId,
     pub kind: EventKind,
 }
@@ -107,6 +112,8 @@ pub struct Operation {
     /// (treated as `Unknown`).
     pub completed: Option<EventIndex>,
     pub outcome: Outcome,
+    pub invoked_at: Duration,
+    pub completed_at: Option<Duration>,
 }
 
 impl fmt::Display for Operation {
@@ -125,9 +132,21 @@ impl fmt::Display for Operation {
             Outcome::Fail(why) => write!(f, " -> fail ({why})")?,
             Outcome::Unknown(why) => write!(f, " -> unknown ({why})")?,
         }
-        match self.completed {
-            Some(done) => write!(f, " [{}..{}]", self.invoked, done),
-            None => write!(f, " [{}..]", self.invoked),
+        match (self.completed, self.completed_at) {
+            (Some(done), Some(at)) => write!(
+                f,
+                " [{}..{}] [{:.3}..{:.3} ms]",
+                self.invoked,
+                done,
+                self.invoked_at.as_secs_f64() * 1e3,
+                at.as_secs_f64() * 1e3
+            ),
+            _ => write!(
+                f,
+                " [{}..] [{:.3}.. ms]",
+                self.invoked,
+                self.invoked_at.as_secs_f64() * 1e3
+            ),
         }
     }
 }
@@ -157,9 +176,11 @@ pub enum HistoryError {
 
 /// A recorded history. Build one by hand with [`History::invoke`] and
 /// [`History::complete`], or concurrently through a [`Recorder`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct History {
     events: Vec<Event>,
+    /// Set by the first event; event times count from here.
+    started: Option<Instant>,
 }
 
 impl History {
@@ -170,8 +191,10 @@ impl History {
     /// Records that `client` is about to send `op`; returns the event index that names it.
     pub fn invoke(&mut self, client: ClientId, op: Op) -> EventIndex {
         let index = self.events.len() as EventIndex;
+        let time = self.now();
         self.events.push(Event {
             index,
+            time,
             client,
             kind: EventKind::Invoke(op),
         });
@@ -187,8 +210,10 @@ impl History {
             .get(invoke as usize)
             .map_or(0, |event| event.client);
         let index = self.events.len() as EventIndex;
+        let time = self.now();
         self.events.push(Event {
             index,
+            time,
             client,
             kind: EventKind::Complete { invoke, outcome },
         });
@@ -198,7 +223,14 @@ impl History {
     /// Builds a history from raw events (for example read back from a dump); it is
     /// validated when checked.
     pub fn from_events(events: Vec<Event>) -> Self {
-        Self { events }
+        Self {
+            events,
+            started: None,
+        }
+    }
+
+    fn now(&mut self) -> Duration {
+        self.started.get_or_insert_with(Instant::now).elapsed()
     }
 
     pub fn events(&self) -> &[Event] {
@@ -245,6 +277,8 @@ impl History {
                         invoked: event.index,
                         completed: None,
                         outcome: Outcome::Unknown("history ended before completion".into()),
+                        invoked_at: event.time,
+                        completed_at: None,
                     });
                 }
                 EventKind::Complete { invoke, outcome } => {
@@ -263,6 +297,7 @@ impl History {
                     }
                     open_by_client.remove(&event.client);
                     operation.completed = Some(event.index);
+                    operation.completed_at = Some(event.time);
                     operation.outcome = outcome.clone();
                 }
             }

@@ -71,6 +71,7 @@ impl Netns {
                 )));
             }
         }
+        remove_leftovers();
         static INSTANCE: AtomicU32 = AtomicU32::new(0);
         let prefix = format!(
             "cc{}-{}",
@@ -159,6 +160,14 @@ impl Netns {
         spec
     }
 
+    /// A command that runs `program` inside node `i` (`ip netns exec`); add arguments and
+    /// spawn it as usual.
+    pub fn command(&self, i: usize, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut command = Command::new("ip");
+        command.args(["netns", "exec", &self.nodes[i]]).arg(program);
+        command
+    }
+
     /// Runs `f` on a thread inside node `i`'s namespace.
     pub fn run_in<T: Send>(&self, i: usize, f: impl FnOnce() -> T + Send) -> Result<T, NetnsError> {
         in_namespace(&self.nodes[i], f)
@@ -213,6 +222,44 @@ impl Drop for Netns {
             }
         }
     }
+}
+
+/// Deletes namespaces this module made in test processes that no longer run (a test
+/// killed by a CI timeout does not run its destructors). Only names of the form
+/// `cc<pid>-<n>-hub` and `cc<pid>-<n>-n<i>` whose `<pid>` is gone are touched.
+fn remove_leftovers() {
+    let Ok(output) = Command::new("ip").args(["netns", "list"]).output() else {
+        return;
+    };
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let Some(name) = line.split_whitespace().next() else {
+            continue;
+        };
+        let Some(pid) = leftover_pid(name) else {
+            continue;
+        };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            tracing::info!(
+                name,
+                "removing a network namespace left by a dead test process"
+            );
+            let _ = run(&["ip", "netns", "del", name]);
+        }
+    }
+}
+
+/// The pid in a name this module makes, `None` for any other name.
+fn leftover_pid(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix("cc")?;
+    let mut parts = rest.splitn(3, '-');
+    let pid: u32 = parts.next()?.parse().ok()?;
+    parts.next()?.parse::<u32>().ok()?;
+    let node = parts.next()?;
+    let ours = node == "hub"
+        || node
+            .strip_prefix('n')
+            .is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()));
+    ours.then_some(pid)
 }
 
 /// Runs `f` on a new thread that first enters the network namespace `name` (as listed by
@@ -283,4 +330,25 @@ fn nft(name: &str, script: &str) -> Result<(), NetnsError> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::leftover_pid;
+
+    #[test]
+    fn only_our_names_count_as_leftovers() {
+        assert_eq!(leftover_pid("cc123-0-hub"), Some(123));
+        assert_eq!(leftover_pid("cc123-4-n17"), Some(123));
+        for other in [
+            "cc123-0-n",
+            "cc123-hub",
+            "ccx-0-hub",
+            "docker-1",
+            "cc123-0-hubx",
+            "n1",
+        ] {
+            assert_eq!(leftover_pid(other), None, "{other}");
+        }
+    }
 }

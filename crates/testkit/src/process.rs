@@ -78,8 +78,13 @@ pub fn target_dir() -> PathBuf {
         .unwrap_or_else(|| workspace_root().join("target"))
 }
 
-/// The `cellcache` binary: `$CELLCACHE_BIN`, or `target/debug/cellcache` after building it
-/// (once per process; later calls return the first result).
+/// The `cellcache` binary: `$CELLCACHE_BIN`, or `target/debug/cellcache`, built with
+/// `cargo build -p cellcache` first unless it is newer than every source file of the
+/// workspace (decided once per process; later calls return the first result).
+///
+/// Why not always build: `cargo test --workspace` has just built the binary (the CLI's own
+/// tests need it), with features unified across the workspace; `cargo build -p cellcache`
+/// resolves features differently and would replace the file while those tests spawn it.
 pub fn cellcache_binary() -> Result<PathBuf, ProcessError> {
     static BINARY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     BINARY
@@ -87,19 +92,49 @@ pub fn cellcache_binary() -> Result<PathBuf, ProcessError> {
             if let Some(path) = std::env::var_os("CELLCACHE_BIN") {
                 return Ok(PathBuf::from(path));
             }
+            let binary = target_dir().join("debug").join("cellcache");
+            let built = std::fs::metadata(&binary).and_then(|m| m.modified()).ok();
+            let root = workspace_root();
+            let mut newest_source = None;
+            for path in [root.join("Cargo.toml"), root.join("Cargo.lock")] {
+                newest_source =
+                    newest_source.max(std::fs::metadata(path).and_then(|m| m.modified()).ok());
+            }
+            newest_source = newest_source.max(newest_modification(&root.join("crates")));
+            if built.is_some() && built >= newest_source {
+                return Ok(binary);
+            }
             let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
             let output = Command::new(cargo)
                 .args(["build", "--quiet", "-p", "cellcache"])
-                .current_dir(workspace_root())
+                .current_dir(&root)
                 .output()
                 .map_err(|e| format!("running cargo: {e}"))?;
             if !output.status.success() {
                 return Err(String::from_utf8_lossy(&output.stderr).into_owned());
             }
-            Ok(target_dir().join("debug").join("cellcache"))
+            Ok(binary)
         })
         .clone()
         .map_err(ProcessError::Build)
+}
+
+/// The latest modification time of the `.rs` and `Cargo.toml` files under `dir`
+/// (skipping build output and fuzz corpora).
+fn newest_modification(dir: &Path) -> Option<std::time::SystemTime> {
+    let mut newest = None;
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        let name = entry.file_name();
+        if path.is_dir() {
+            if name != "target" && name != "corpus" && name != "artifacts" {
+                newest = newest.max(newest_modification(&path));
+            }
+        } else if path.extension().is_some_and(|e| e == "rs") || name == "Cargo.toml" {
+            newest = newest.max(entry.metadata().and_then(|m| m.modified()).ok());
+        }
+    }
+    newest
 }
 
 /// A loopback port free at the time of the call.
@@ -280,8 +315,22 @@ impl Server {
 
     /// `SIGSTOP`: the process freezes; its sockets stay open and the kernel keeps
     /// accepting connections into the backlog, as with a GC pause or a frozen VM.
+    ///
+    /// Returns once every thread of the process is stopped (`kill` only queues the signal;
+    /// a thread already running could otherwise still answer a request sent right after).
     pub fn pause(&self) -> Result<(), ProcessError> {
         self.signal(Signal::SIGSTOP)?;
+        let pid = self.pid().unwrap_or_default();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !all_threads_stopped(pid) {
+            if Instant::now() >= deadline {
+                return Err(ProcessError::Io {
+                    what: format!("waiting for {} to stop", self.spec.name),
+                    source: std::io::ErrorKind::TimedOut.into(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
         tracing::info!(server = %self.spec.name, "paused with SIGSTOP");
         Ok(())
     }
@@ -469,6 +518,35 @@ impl Drop for Server {
             let _ = child.wait();
         }
     }
+}
+
+/// Whether every user thread of process `pid` is in the stopped state (`T` in
+/// `/proc/<pid>/task/<tid>/stat`).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    let mut any = false;
+    for task in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue; // the thread exited meanwhile
+        };
+        // the state follows the command name, which is in parentheses and may hold spaces
+        let Some((name, rest)) = stat.rsplit_once(") ") else {
+            continue;
+        };
+        // io_uring's kernel workers (iou-wrk, iou-sqp) run no user code, so they cannot
+        // answer a request; whether they show as stopped is the kernel's business
+        if name.contains("(iou-") {
+            continue;
+        }
+        let state = rest.chars().next();
+        if !matches!(state, Some('T' | 't')) {
+            return false;
+        }
+        any = true;
+    }
+    any
 }
 
 /// Whether a memcached-protocol server at `addr` answers `version` within `timeout`.

@@ -11,6 +11,7 @@
 //! - **modes** ([`Mode`]): `Pass`; `Blackhole` accepts and reads but forwards nothing (a
 //!   peer that vanished without a FIN: clients time out); `Drop` closes new and existing
 //!   connections with a FIN; `Reset` closes them with an RST (`SO_LINGER` 0);
+//! - **flaky connections**: `reset_per_million` resets a connection at a random chunk;
 //! - [`Proxy::reset_connections`] resets the connections open now and lets new ones pass.
 //!
 //! The proxy runs on its own small tokio runtime in a background thread, so synchronous
@@ -39,6 +40,10 @@ pub struct Faults {
     pub jitter: Duration,
     /// Cap per direction per connection; `None` is unlimited.
     pub bandwidth_bytes_per_sec: Option<u64>,
+    /// Chance, in parts per million per chunk read, that the connection is reset (RST both
+    /// ways) instead of forwarding the chunk: requests cut off mid-way, the closest a TCP
+    /// proxy gets to packet loss that breaks connections.
+    pub reset_per_million: u32,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -259,8 +264,11 @@ async fn connection(
     let end = {
         let (client_read, client_write) = client.split();
         let (server_read, server_write) = server.split();
-        let upstream = direction(client_read, server_write, faults.clone(), counters);
-        let downstream = direction(server_read, client_write, faults.clone(), counters);
+        // a direction that draws a random reset notifies the connection, which then resets
+        // both sockets (a Notify keeps the permit if nobody waits yet)
+        let abort = tokio::sync::Notify::new();
+        let upstream = direction(client_read, server_write, faults.clone(), counters, &abort);
+        let downstream = direction(server_read, client_write, faults.clone(), counters, &abort);
         let pumps = async { tokio::join!(upstream, downstream) };
         let watch_mode = async {
             loop {
@@ -287,6 +295,7 @@ async fn connection(
         tokio::select! {
             _ = pumps => End::Closed,
             end = watch_mode => end,
+            () = abort.notified() => End::Reset,
         }
     };
     if let End::Reset = end {
@@ -322,6 +331,7 @@ async fn direction<R, W>(
     mut to: W,
     faults: watch::Receiver<Faults>,
     counters: &Counters,
+    abort: &tokio::sync::Notify,
 ) where
     R: tokio::io::AsyncRead + Unpin,
     W: tokio::io::AsyncWrite + Unpin,
@@ -339,6 +349,12 @@ async fn direction<R, W>(
             if now.mode == Mode::Blackhole {
                 continue;
             }
+            if now.reset_per_million > 0
+                && rand::thread_rng().gen_range(0..1_000_000) < now.reset_per_million
+            {
+                abort.notify_one();
+                return;
+            }
             let jitter = if now.jitter.is_zero() {
                 Duration::ZERO
             } else {
@@ -352,7 +368,11 @@ async fn direction<R, W>(
     };
     let writer = async move {
         while let Some((at, chunk)) = due.recv().await {
-            tokio::time::sleep_until(at).await;
+            // tokio's timer ticks in milliseconds: even an elapsed deadline waits for the
+            // next tick, which would add about 1 ms per hop when no latency is asked for
+            if at > Instant::now() {
+                tokio::time::sleep_until(at).await;
+            }
             if faults.borrow().mode == Mode::Blackhole {
                 continue;
             }

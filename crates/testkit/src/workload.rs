@@ -42,7 +42,8 @@ pub struct WorkloadConfig {
     pub servers: Vec<SocketAddr>,
     /// Client threads.
     pub clients: usize,
-    /// Keys `{key_prefix}0` .. `{key_prefix}{keys - 1}`.
+    /// Keys `{key_prefix}0` .. `{key_prefix}{keys - 1}`; they must not exist before the run
+    /// (the checker assumes every key starts absent).
     pub keys: usize,
     pub key_prefix: String,
     pub shape: Shape,
@@ -63,12 +64,13 @@ pub struct WorkloadConfig {
 
 impl WorkloadConfig {
     /// A small register workload against `servers` (4 clients, 8 keys, 200 ops each).
+    /// The key prefix is unique to this call: the checker assumes every key starts absent.
     pub fn registers(servers: Vec<SocketAddr>) -> Self {
         Self {
             servers,
             clients: 4,
             keys: 8,
-            key_prefix: "reg-".into(),
+            key_prefix: format!("reg-{}-", run_tag()),
             shape: Shape::Registers { read_percent: 50 },
             ops_per_client: 200,
             request_timeout: Duration::from_millis(1000),
@@ -83,11 +85,20 @@ impl WorkloadConfig {
     pub fn append_logs(servers: Vec<SocketAddr>) -> Self {
         Self {
             keys: 4,
-            key_prefix: "log-".into(),
+            key_prefix: format!("log-{}-", run_tag()),
             shape: Shape::AppendLogs { read_percent: 20 },
             ..Self::registers(servers)
         }
     }
+}
+
+/// A tag no other call returns, in this process or (by the clock) another one.
+fn run_tag() -> String {
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    format!("{:x}{:x}", nanos, CALLS.fetch_add(1, Ordering::Relaxed))
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -67,6 +67,18 @@ fn cut_isolate_partition_and_heal() {
     assert!(!reaches(&netns, 2, addr), "other side");
     netns.heal().expect("heal");
     assert!(reaches(&netns, 2, addr));
+
+    // a plain process inside a node sees only that node's interfaces
+    let output = netns
+        .command(2, "ip")
+        .args(["-4", "-o", "addr", "show", "dev", "eth0"])
+        .output()
+        .expect("ip inside node 2");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains(&format!("{}/24", Netns::address(2))),
+        "{text}"
+    );
     drop(server);
 }
 

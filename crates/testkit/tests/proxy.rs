@@ -170,6 +170,39 @@ fn bandwidth_cap_and_jitter_keep_bytes_intact_and_in_order() {
 }
 
 #[test]
+fn bandwidth_cap_bounds_the_bytes_forwarded() {
+    let server = cellcache("rate");
+    let proxy = Proxy::to(server.addr()).expect("proxy");
+    let rate = 20_000u64;
+    proxy.set_faults(Faults {
+        bandwidth_bytes_per_sec: Some(rate),
+        ..Faults::default()
+    });
+    let value = vec![b'x'; 200_000];
+    let mut request = format!("set slow 0 0 {}\r\n", value.len()).into_bytes();
+    request.extend_from_slice(&value);
+    request.extend_from_slice(b"\r\n");
+    let mut stream = connect(&proxy, LONG);
+    let started = std::time::Instant::now();
+    let mut writer = stream.try_clone().expect("clone");
+    let sender = std::thread::spawn(move || writer.write_all(&request));
+    std::thread::sleep(Duration::from_millis(300));
+    // a rate bound, not a duration: whatever the scheduler did, the proxy cannot have
+    // written more than the cap allows for the time that passed (plus one pacing slice)
+    let allowed = rate as f64 * started.elapsed().as_secs_f64() + (rate / 20) as f64;
+    let forwarded = proxy.bytes_forwarded();
+    assert!(forwarded > 0, "paced, not stalled");
+    assert!(
+        (forwarded as f64) <= allowed,
+        "{forwarded} bytes forwarded, cap allows {allowed:.0}"
+    );
+    proxy.heal();
+    sender.join().expect("sender").expect("request sent");
+    let reply = roundtrip(&mut stream, b"", b"\r\n").expect("stored once healed");
+    assert_eq!(reply, b"STORED\r\n");
+}
+
+#[test]
 fn workload_through_flaky_proxy_checks_out() {
     let server = cellcache("flaky");
     let proxy = Proxy::to(server.addr()).expect("proxy");
@@ -196,4 +229,72 @@ fn workload_through_flaky_proxy_checks_out() {
         assert_eq!(run.summary.final_reads_missing, 0);
         assert!(run.summary.ok > 0, "{:?}", run.summary);
     }
+}
+
+#[test]
+fn flaky_connections_give_unknown_outcomes_that_check_out() {
+    let server = cellcache("flaky-resets");
+    let proxy = Proxy::to(server.addr()).expect("proxy");
+    proxy.set_faults(Faults {
+        reset_per_million: 50_000, // one chunk in 20
+        ..Faults::default()
+    });
+    for config in [
+        WorkloadConfig::registers(vec![proxy.addr()]),
+        WorkloadConfig::append_logs(vec![proxy.addr()]),
+    ] {
+        let run = cellcache_testkit::workload::run(WorkloadConfig {
+            attempts_max: 200,
+            ..config
+        })
+        .expect("workload runs");
+        assert!(run.summary.unknown > 0, "{:?}", run.summary);
+        assert!(run.summary.ok > 0, "{:?}", run.summary);
+        assert_eq!(run.summary.final_reads_missing, 0, "{:?}", run.summary);
+        run.assert_valid("flaky-resets");
+    }
+}
+
+#[test]
+fn the_faultproxy_binary_takes_commands_on_stdin() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+
+    let server = cellcache("binary");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cellcache-faultproxy"))
+        .args(["--target", &server.addr().to_string(), "--latency-ms", "1"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn cellcache-faultproxy");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("banner");
+    // "listening 127.0.0.1:PORT -> TARGET"
+    let addr: std::net::SocketAddr = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    let ask = |request: &[u8]| -> std::io::Result<Vec<u8>> {
+        let mut stream = TcpStream::connect(addr)?;
+        stream.set_read_timeout(Some(LONG))?;
+        roundtrip(&mut stream, request, b"\r\n")
+    };
+    assert!(ask(b"version\r\n").expect("passes").starts_with(b"VERSION"));
+
+    let mut command = |text: &str| {
+        writeln!(stdin, "{text}").expect("command");
+        line.clear();
+        stdout.read_line(&mut line).expect("status line");
+        line.clone()
+    };
+    assert!(command("mode reset").contains("Reset"), "{line}");
+    assert!(ask(b"version\r\n").is_err(), "reset by the proxy");
+    assert!(command("heal").contains("Pass"), "{line}");
+    assert!(ask(b"version\r\n").expect("healed").starts_with(b"VERSION"));
+    let _ = child.kill();
+    let _ = child.wait();
 }

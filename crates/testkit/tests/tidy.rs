@@ -23,7 +23,7 @@ fn rust_files(dir: &Path, found: &mut Vec<PathBuf>) {
 fn every_source_file_has_a_module_doc_and_no_unsafe() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
-    for dir in ["src", "tests"] {
+    for dir in ["src", "tests", "examples"] {
         rust_files(&root.join(dir), &mut files);
     }
     assert!(files.len() >= 12, "tidy found too few files: {files:?}");

@@ -284,6 +284,55 @@ impl Ring {
         Ring { cells }
     }
 
+    /// Starts a `serve --standby` cell (not in the ring yet) and returns its index.
+    pub fn add_standby(&mut self, extra: &[&str]) -> usize {
+        let peer = free_peer_port().to_string();
+        let mut args: Vec<&str> = extra.to_vec();
+        args.extend(["--standby", "--peer-port", &peer]);
+        self.cells.push(Server::start(&args));
+        self.cells.len() - 1
+    }
+
+    /// The id cell `i` has in the ring (`SELF` of its status).
+    pub fn id(&self, i: usize) -> String {
+        let status = self.status(i);
+        status[0].split(' ').nth(7).unwrap().to_string()
+    }
+
+    /// Sends one `cluster …` command to cell `i` and returns its one-line reply.
+    pub fn command(&self, i: usize, line: &str) -> String {
+        let mut c = self.cells[i].connect();
+        c.send(format!("{line}\r\n").as_bytes());
+        c.line()
+    }
+
+    /// Index of the cell whose range holds `key`'s hash (from cell 0's status).
+    pub fn master_of(&self, key: &str) -> usize {
+        let h = cellcache_cluster::key_hash(key.as_bytes());
+        let status = self.status(0);
+        for (i, s) in self.cells.iter().enumerate() {
+            let line = status
+                .iter()
+                .find(|l| l.starts_with("CELL ") && l.contains(&format!("client={} ", s.addr)));
+            let Some(range) =
+                line.and_then(|l| l.split(' ').find_map(|w| w.strip_prefix("range=")))
+            else {
+                continue;
+            };
+            let Some((a, b)) = range.split_once('-') else {
+                continue;
+            };
+            let (a, b) = (
+                u64::from_str_radix(a, 16).unwrap(),
+                u64::from_str_radix(b, 16).unwrap(),
+            );
+            if cellcache_cluster::HashRange::new(a, b).contains(h) {
+                return i;
+            }
+        }
+        panic!("no master for {key}: {status:?}");
+    }
+
     fn into_cells(self) -> Vec<Server> {
         self.cells
     }
@@ -297,9 +346,15 @@ impl Ring {
 
     /// Waits until every cell reports `n` Active cells at one epoch.
     pub fn wait_formed(&self, n: usize) {
+        let all: Vec<usize> = (0..self.cells.len()).collect();
+        self.wait_formed_among(n, &all);
+    }
+
+    /// Waits until cells `among` report `n` Active cells (and nothing else) at one epoch.
+    pub fn wait_formed_among(&self, n: usize, among: &[usize]) {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let views: Vec<Vec<String>> = (0..self.cells.len()).map(|i| self.status(i)).collect();
+            let views: Vec<Vec<String>> = among.iter().map(|&i| self.status(i)).collect();
             let epoch = |v: &Vec<String>| v[0].split(' ').nth(1).map(str::to_string);
             let ok = views.iter().all(|v| {
                 v.iter()

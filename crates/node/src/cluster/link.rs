@@ -61,6 +61,8 @@ pub type Reply = Box<dyn FnOnce(Result<OwnedFrame, LinkError>) + Send>;
 
 struct Outgoing {
     kind: FrameKind,
+    /// Epoch to stamp instead of the current one (replication: the records' epoch).
+    epoch: Option<u64>,
     payload: Vec<u8>,
     reply: Option<Reply>,
 }
@@ -99,8 +101,14 @@ impl Link {
 
     /// Submits a request; `reply` is called exactly once.
     pub fn request(&self, kind: FrameKind, payload: Vec<u8>, reply: Reply) {
+        self.request_at(kind, None, payload, reply);
+    }
+
+    /// A request stamped with `epoch` (`None`: the current one when written).
+    pub fn request_at(&self, kind: FrameKind, epoch: Option<u64>, payload: Vec<u8>, reply: Reply) {
         let out = Outgoing {
             kind,
+            epoch,
             payload,
             reply: Some(reply),
         };
@@ -113,9 +121,20 @@ impl Link {
 
     /// The same as [`Link::request`], awaited.
     pub async fn call(&self, kind: FrameKind, payload: Vec<u8>) -> Result<OwnedFrame, LinkError> {
+        self.call_at(kind, None, payload).await
+    }
+
+    /// [`Link::call`] stamped with `epoch`.
+    pub async fn call_at(
+        &self,
+        kind: FrameKind,
+        epoch: Option<u64>,
+        payload: Vec<u8>,
+    ) -> Result<OwnedFrame, LinkError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        self.request(
+        self.request_at(
             kind,
+            epoch,
             payload,
             Box::new(move |r| {
                 let _ = tx.send(r);
@@ -128,6 +147,7 @@ impl Link {
     pub fn send(&self, kind: FrameKind, payload: Vec<u8>) {
         let _ = self.tx.send(Outgoing {
             kind,
+            epoch: None,
             payload,
             reply: None,
         });
@@ -264,7 +284,9 @@ impl Task {
         } else {
             0
         };
-        let epoch = self.epoch.load(Ordering::Acquire);
+        let epoch = o
+            .epoch
+            .unwrap_or_else(|| self.epoch.load(Ordering::Acquire));
         match wire::encode(&self.wire, o.kind, epoch, id, &o.payload, out) {
             Ok(()) => {
                 if let Some(r) = o.reply {

@@ -67,13 +67,9 @@ pub struct Cluster {
     raft_ids: Mutex<HashMap<u64, CellId>>,
     streams: Mutex<BTreeSet<(CellId, (u64, u64))>>,
     reconciling: AtomicBool,
+    /// This cell is leaving the ring: it stops the process once removed from the map.
+    leaving: AtomicBool,
     clock: Instant,
-}
-
-/// Keeps the peer runtime alive for the cell's lifetime.
-pub struct ClusterRuntime {
-    pub runtime: tokio::runtime::Runtime,
-    pub cluster: Arc<Cluster>,
 }
 
 impl Cluster {
@@ -86,9 +82,15 @@ impl Cluster {
         self.epoch.load(Ordering::Acquire)
     }
 
-    /// Joins or bootstraps, starts the peer plane and the consensus group. Blocks until the
-    /// cell has a map it is part of.
-    pub fn start(cell: Arc<Cell>, repl: Arc<Replicator>) -> anyhow::Result<ClusterRuntime> {
+    /// Joins through `join` (as a division of `parent`, default the largest range) or, with
+    /// `join` empty, bootstraps; starts the peer plane and the consensus group, and installs
+    /// the result in `cell.cluster`. Blocks until the cell has a map it is part of.
+    pub fn start(
+        cell: Arc<Cell>,
+        repl: Arc<Replicator>,
+        join: &str,
+        parent: Option<&CellId>,
+    ) -> anyhow::Result<Arc<Cluster>> {
         let config = cell.config.cluster.clone();
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -104,13 +106,13 @@ impl Cluster {
             peer: peer.to_string(),
         };
         tracing::info!(client = %address.client, peer = %address.peer, "peer listener bound");
-        let (me, map, bootstrap) = if config.join.is_empty() {
+        let (me, map, bootstrap) = if join.is_empty() {
             let me = CellId::whole(1);
             let map = ClusterMap::bootstrap(me.clone(), address.clone(), config.replication_factor)
                 .context("bootstrap map")?;
             (me, map, true)
         } else {
-            let map = join_ring(&config.join, &address, config.request_timeout_ms)?;
+            let map = join_ring(join, &address, parent, config.request_timeout_ms)?;
             let me = map
                 .cells()
                 .iter()
@@ -138,6 +140,7 @@ impl Cluster {
             raft_ids: Mutex::new(HashMap::new()),
             streams: Mutex::new(BTreeSet::new()),
             reconciling: AtomicBool::new(false),
+            leaving: AtomicBool::new(false),
             clock,
         });
         cluster.learn_ids(&map);
@@ -160,7 +163,9 @@ impl Cluster {
         cluster.refresh_layout();
         cluster.process(outputs);
         runtime.spawn(cluster.clone().drive());
-        Ok(ClusterRuntime { runtime, cluster })
+        let _ = cluster.cell.cluster.set(cluster.clone());
+        *cluster.cell.cluster_runtime.lock() = Some(runtime);
+        Ok(cluster)
     }
 
     fn learn_ids(&self, map: &ClusterMap) {
@@ -230,6 +235,14 @@ impl Cluster {
             };
             self.process(outputs);
             self.repl.check_waiters();
+            for t in self.repl.targets() {
+                if t.take_needs_resync() {
+                    let range = self.ring.lock().map().cell(&self.me).and_then(|c| c.range);
+                    if let Some(range) = range {
+                        self.start_stream(t.to.clone(), range, false);
+                    }
+                }
+            }
         }
     }
 
@@ -257,6 +270,12 @@ impl Cluster {
             ring.drain_outputs()
         };
         self.stats.maps_installed.fetch_add(1, Ordering::Relaxed);
+        if map
+            .cell(&self.me)
+            .is_some_and(|c| c.state == CellState::Leaving)
+        {
+            self.leaving.store(true, Ordering::Release);
+        }
         tracing::info!(
             epoch = map.epoch(),
             cells = map.cells().len(),
@@ -271,7 +290,7 @@ impl Cluster {
     /// Replication targets and range under the installed map: backups, plus division
     /// children this cell parents, plus cells it streams to right now.
     fn refresh_layout(self: &Arc<Self>) {
-        let (master, mut targets) = {
+        let (epoch, master, mut targets) = {
             let ring = self.ring.lock();
             let map = ring.map();
             let me = map.cell(&self.me);
@@ -289,7 +308,7 @@ impl Cluster {
                     }
                 }
             }
-            (master, targets)
+            (map.epoch(), master, targets)
         };
         for (to, _) in self.streams.lock().iter() {
             if !targets.contains(to) {
@@ -307,14 +326,39 @@ impl Cluster {
                 }
             }
         });
-        self.repl
-            .set_layout(master, &targets, &self.handle, &link_for, &on_refused);
+        self.repl.set_layout(
+            epoch,
+            master,
+            &targets,
+            &self.handle,
+            &link_for,
+            &on_refused,
+        );
     }
 
     /// Executes the ring's outputs.
     pub fn process(self: &Arc<Self>, outputs: Vec<Output>) {
         for o in outputs {
             match o {
+                Output::Send {
+                    to,
+                    message: message @ RingMessage::LeaseRelease { .. },
+                } => {
+                    // The successor of this range may serve it as soon as the backup learns
+                    // of the release: first deliver every write made under the lease (the
+                    // hand-off's drained tail), then release.
+                    let cl = self.clone();
+                    self.handle.spawn(async move {
+                        let budget = Duration::from_millis(cl.config.ring.lease_ms);
+                        if !cl.repl.drained(budget).await {
+                            tracing::warn!(to = %to, "replication tail not drained; the lease will expire instead");
+                            return;
+                        }
+                        if let Some(link) = cl.link(&to) {
+                            link.send(FrameKind::Heartbeat, message.encode());
+                        }
+                    });
+                }
                 Output::Send { to, message } => {
                     let kind = match message {
                         RingMessage::HeartbeatAck { .. } => FrameKind::HeartbeatAck,
@@ -355,6 +399,10 @@ impl Cluster {
                             cl.ask_for_map(sent_at_ms);
                         }
                     });
+                }
+                Output::Fenced if self.leaving.load(Ordering::Acquire) => {
+                    tracing::info!(cell = %self.me, "left the ring: stopping");
+                    self.cell.shutdown.trigger();
                 }
                 Output::Fenced => {
                     tracing::error!(cell = %self.me, "this cell was removed from the ring: it no longer serves keys; restart it to rejoin as a new cell");
@@ -655,10 +703,15 @@ fn bind_peer(client: SocketAddr, port: u16) -> anyhow::Result<std::net::TcpListe
 }
 
 /// Asks the cell at `join` (client port) to admit this cell; returns the map that has it.
-fn join_ring(join: &str, me: &CellAddress, timeout_ms: u64) -> anyhow::Result<ClusterMap> {
+fn join_ring(
+    join: &str,
+    me: &CellAddress,
+    parent: Option<&CellId>,
+    timeout_ms: u64,
+) -> anyhow::Result<ClusterMap> {
     let deadline = Instant::now() + Duration::from_millis(timeout_ms * 10);
     loop {
-        match try_join(join, me, timeout_ms) {
+        match try_join(join, me, parent, timeout_ms) {
             Ok(m) => return Ok(m),
             Err(e) if Instant::now() < deadline => {
                 tracing::info!(error = %e, "join not accepted yet; retrying");
@@ -669,10 +722,16 @@ fn join_ring(join: &str, me: &CellAddress, timeout_ms: u64) -> anyhow::Result<Cl
     }
 }
 
-fn try_join(join: &str, me: &CellAddress, timeout_ms: u64) -> anyhow::Result<ClusterMap> {
+fn try_join(
+    join: &str,
+    me: &CellAddress,
+    parent: Option<&CellId>,
+    timeout_ms: u64,
+) -> anyhow::Result<ClusterMap> {
     let mut s = TcpStream::connect(join)?;
     s.set_read_timeout(Some(Duration::from_millis(timeout_ms * 5)))?;
-    write!(s, "cluster join {} {}\r\n", me.client, me.peer)?;
+    let parent = parent.map(|p| format!(" {p}")).unwrap_or_default();
+    write!(s, "cluster join {} {}{parent}\r\n", me.client, me.peer)?;
     let mut r = BufReader::new(s);
     let mut line = String::new();
     r.read_line(&mut line)?;

@@ -47,10 +47,14 @@ enum Entry {
 }
 
 struct TargetState {
-    backlog: VecDeque<(u64, Entry)>,
+    /// (sequence, map epoch the entry was produced under, entry).
+    backlog: VecDeque<(u64, u64, Entry)>,
     backlog_bytes: usize,
     /// Highest sequence the target acknowledged.
     acked: u64,
+    /// Entries up to this sequence were refused for good (the target serves their keys
+    /// under a newer map): their writes are not confirmed.
+    rejected_upto: u64,
     /// The last attempt to reach the target failed (policy `no_backup` applies).
     unreachable: bool,
 }
@@ -61,11 +65,14 @@ pub struct Target {
     state: Mutex<TargetState>,
     wake: tokio::sync::Notify,
     closed: AtomicBool,
+    /// Its backlog overflowed and was dropped: it needs a fresh snapshot of the range.
+    needs_resync: AtomicBool,
 }
 
 impl Target {
-    fn acked(&self) -> u64 {
-        self.state.lock().acked
+    /// Whether the target lost records and must be resynced (clears the flag).
+    pub fn take_needs_resync(&self) -> bool {
+        self.needs_resync.swap(false, Ordering::AcqRel)
     }
 }
 
@@ -77,16 +84,25 @@ pub type OnRefused = Arc<dyn Fn(&CellId, u64) + Send + Sync>;
 /// Positions a request's mutations took: wait for these acknowledgements.
 pub type Positions = Vec<(Arc<Target>, u64)>;
 
+/// What a request's mutations produced: backlog positions to wait for, and whether one of
+/// them fell outside this cell's master range (the map moved between routing and
+/// execution: the write is not replicated and must not be acknowledged).
+#[derive(Default)]
+pub struct Captured {
+    pub positions: Positions,
+    pub stray: bool,
+}
+
 thread_local! {
-    static CAPTURE: RefCell<Option<Positions>> = const { RefCell::new(None) };
+    static CAPTURE: RefCell<Option<Captured>> = const { RefCell::new(None) };
 }
 
 /// Runs `f` recording the backlog positions of the mutations it makes.
-pub fn capture<R>(f: impl FnOnce() -> R) -> (R, Positions) {
-    CAPTURE.with(|c| *c.borrow_mut() = Some(Vec::new()));
+pub fn capture<R>(f: impl FnOnce() -> R) -> (R, Captured) {
+    CAPTURE.with(|c| *c.borrow_mut() = Some(Captured::default()));
     let r = f();
-    let positions = CAPTURE.with(|c| c.borrow_mut().take()).unwrap_or_default();
-    (r, positions)
+    let captured = CAPTURE.with(|c| c.borrow_mut().take()).unwrap_or_default();
+    (r, captured)
 }
 
 struct Waiter {
@@ -116,6 +132,8 @@ pub struct ReplPolicy {
 struct Layout {
     /// The range whose mutations are replicated (this cell's master range).
     master: Option<HashRange>,
+    /// Epoch of the map the layout comes from; stamped on the records produced under it.
+    epoch: u64,
     targets: BTreeMap<CellId, Arc<Target>>,
 }
 
@@ -127,8 +145,8 @@ pub struct Replicator {
     policy: Mutex<ReplPolicy>,
     /// Writes acknowledged although a backup was unreachable (policy `accept`).
     pub unreplicated_acks: AtomicU64,
-    /// Records sent to targets.
-    pub records_sent: AtomicU64,
+    /// Replication payload bytes acknowledged by targets.
+    pub bytes_sent: AtomicU64,
 }
 
 impl Replicator {
@@ -136,13 +154,14 @@ impl Replicator {
         Arc::new(Replicator {
             layout: Mutex::new(Layout {
                 master: None,
+                epoch: 0,
                 targets: BTreeMap::new(),
             }),
             seq: AtomicU64::new(0),
             waiters: Mutex::new(Vec::new()),
             policy: Mutex::new(policy),
             unreplicated_acks: AtomicU64::new(0),
-            records_sent: AtomicU64::new(0),
+            bytes_sent: AtomicU64::new(0),
         })
     }
 
@@ -157,8 +176,10 @@ impl Replicator {
 
     /// Sets the replicated range and the set of targets; new targets get a sender task on
     /// `rt` sending through `link_for`. Removed targets stop.
+    #[allow(clippy::too_many_arguments)]
     pub fn set_layout(
         self: &Arc<Self>,
+        epoch: u64,
         master: Option<HashRange>,
         targets: &[CellId],
         rt: &tokio::runtime::Handle,
@@ -167,6 +188,7 @@ impl Replicator {
     ) {
         let mut layout = self.layout.lock();
         layout.master = master;
+        layout.epoch = epoch;
         let removed: Vec<CellId> = layout
             .targets
             .keys()
@@ -189,10 +211,12 @@ impl Replicator {
                     backlog: VecDeque::new(),
                     backlog_bytes: 0,
                     acked: self.seq.load(Ordering::Acquire),
+                    rejected_upto: 0,
                     unreachable: false,
                 }),
                 wake: tokio::sync::Notify::new(),
                 closed: AtomicBool::new(false),
+                needs_resync: AtomicBool::new(false),
             });
             layout.targets.insert(c.clone(), t.clone());
             rt.spawn(self.clone().sender(t, link_for.clone(), on_refused.clone()));
@@ -202,7 +226,7 @@ impl Replicator {
     }
 
     /// Appends `bytes` (records) or a marker to one target's backlog; returns the sequence.
-    fn push(&self, t: &Target, entry: Entry) -> u64 {
+    fn push(&self, t: &Target, epoch: u64, entry: Entry) -> u64 {
         let seq = self.seq.fetch_add(1, Ordering::AcqRel) + 1;
         let mut entry = entry;
         let mut st = t.state.lock();
@@ -213,7 +237,7 @@ impl Replicator {
             }
             st.backlog_bytes += b.len();
         }
-        st.backlog.push_back((seq, entry));
+        st.backlog.push_back((seq, epoch, entry));
         drop(st);
         t.wake.notify_one();
         seq
@@ -249,7 +273,11 @@ impl Replicator {
                 let mut unreplicated = false;
                 for (t, seq) in &w.positions {
                     let st = t.state.lock();
-                    if st.acked >= *seq || t.closed.load(Ordering::Acquire) {
+                    if *seq <= st.rejected_upto {
+                        outcome = Some(Err(WaitError::Unreachable));
+                        break;
+                    }
+                    if st.acked >= *seq {
                         continue;
                     }
                     if st.unreachable {
@@ -289,7 +317,12 @@ impl Replicator {
         let mut backoff = Duration::from_millis(10);
         loop {
             if t.closed.load(Ordering::Acquire) {
-                return;
+                // A removed target still gets what was produced for it (a departing
+                // master's tail); it stops once that is delivered, refused or unreachable.
+                let st = t.state.lock();
+                if st.backlog.iter().all(|(s, _, _)| *s <= st.acked) || st.unreachable {
+                    return;
+                }
             }
             let chunk = self.policy().chunk_bytes;
             // The next batch: consecutive records after `acked`, or one marker.
@@ -298,10 +331,15 @@ impl Replicator {
                 let mut payload = Vec::new();
                 let mut last = 0;
                 let mut done = None;
-                for (seq, e) in st.backlog.iter() {
+                let mut batch_epoch = None;
+                for (seq, epoch, e) in st.backlog.iter() {
                     if *seq <= st.acked {
                         continue;
                     }
+                    if batch_epoch.is_some_and(|b| b != *epoch) {
+                        break;
+                    }
+                    batch_epoch = Some(*epoch);
                     match e {
                         Entry::Record(b) => {
                             if !payload.is_empty() && payload.len() + b.len() > chunk {
@@ -318,17 +356,18 @@ impl Replicator {
                         }
                     }
                 }
+                let epoch = batch_epoch.unwrap_or(0);
                 if let Some((seq, range)) = done {
                     let mut p = Vec::new();
                     RangeSeq { range, seq }.encode(&mut p);
-                    Some((FrameKind::SnapshotDone, p, seq))
+                    Some((FrameKind::SnapshotDone, p, seq, epoch))
                 } else if !payload.is_empty() {
-                    Some((FrameKind::Replicate, payload, last))
+                    Some((FrameKind::Replicate, payload, last, epoch))
                 } else {
                     None
                 }
             };
-            let Some((kind, payload, last)) = batch else {
+            let Some((kind, payload, last, batch_epoch)) = batch else {
                 let _ = tokio::time::timeout(Duration::from_millis(100), t.wake.notified()).await;
                 continue;
             };
@@ -339,25 +378,31 @@ impl Replicator {
                 continue;
             };
             let records = payload.len();
-            match link.call(kind, payload).await {
+            match link.call_at(kind, Some(batch_epoch), payload).await {
                 Ok(f) if f.kind == FrameKind::ReplicateAck => {
                     let acked = RangeSeq::decode(&f.payload).map_or(last, |a| a.seq.min(last));
-                    self.records_sent
-                        .fetch_add(records as u64, Ordering::Relaxed);
+                    self.bytes_sent.fetch_add(records as u64, Ordering::Relaxed);
                     let mut st = t.state.lock();
                     st.unreachable = false;
                     st.acked = st.acked.max(acked);
-                    while st.backlog.front().is_some_and(|(s, _)| *s <= st.acked) {
-                        if let Some((_, Entry::Record(b))) = st.backlog.pop_front() {
-                            st.backlog_bytes -= b.len();
-                        }
-                    }
+                    trim_acked(&mut st);
                     drop(st);
                     backoff = Duration::from_millis(10);
                     self.check_waiters();
                 }
+                Ok(f) if f.epoch > batch_epoch && self.layout.lock().epoch > batch_epoch => {
+                    // Fenced: the target serves these keys under a newer map, so writes made
+                    // under the old one are not confirmed (their clients get SERVER_ERROR).
+                    tracing::debug!(to = %t.to, epoch = f.epoch, batch_epoch, reason = %String::from_utf8_lossy(&f.payload), "replication refused for good");
+                    let mut st = t.state.lock();
+                    st.rejected_upto = st.rejected_upto.max(last);
+                    st.acked = st.acked.max(last);
+                    trim_acked(&mut st);
+                    drop(st);
+                    self.check_waiters();
+                }
                 Ok(f) => {
-                    // Refused: the target has another map (fencing). Refresh and retry.
+                    // Refused by a target with another map: refresh ours, retry.
                     tracing::debug!(to = %t.to, epoch = f.epoch, reason = %String::from_utf8_lossy(&f.payload), "replication refused");
                     on_refused(&t.to, f.epoch);
                     tokio::time::sleep(backoff).await;
@@ -376,23 +421,60 @@ impl Replicator {
         }
     }
 
-    /// A backlog above the bound is dropped: its waiters fail and the target is resynced by
-    /// the ring's retry (or the next stream).
+    /// Whether every target acknowledged everything queued for it (a departing master's
+    /// tail is delivered), waiting at most `timeout`.
+    pub async fn drained(&self, timeout: Duration) -> bool {
+        let targets: Vec<(Arc<Target>, u64)> = self
+            .layout
+            .lock()
+            .targets
+            .values()
+            .map(|t| (t.clone(), self.seq.load(Ordering::Acquire)))
+            .collect();
+        let deadline = Instant::now() + timeout;
+        loop {
+            let pending = targets.iter().any(|(t, upto)| {
+                let st = t.state.lock();
+                !st.unreachable
+                    && st
+                        .backlog
+                        .iter()
+                        .any(|(s, _, _)| *s <= *upto && *s > st.acked)
+            });
+            if !pending {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// A backlog above the bound is dropped: its waiters fail and the driver resyncs the
+    /// target with a fresh snapshot of the range.
     fn trim_backlog(&self, t: &Target) {
         let max = self.policy().backlog_bytes_max;
         let mut st = t.state.lock();
         if st.backlog_bytes > max {
             tracing::warn!(to = %t.to, bytes = st.backlog_bytes, "replication backlog over its bound: dropped, target needs a resync");
+            st.rejected_upto = self.seq.load(Ordering::Acquire);
+            st.acked = st.rejected_upto;
             st.backlog.clear();
             st.backlog_bytes = 0;
-            st.unreachable = true;
+            t.needs_resync.store(true, Ordering::Release);
+            drop(st);
+            self.check_waiters();
         }
     }
 
     /// Streams a snapshot of `range` into `to`'s backlog (which must be a target), then a
     /// `SnapshotDone`; resolves when `to` acknowledged it. Throttled by the policy.
     pub async fn stream(&self, store: &Store, to: &CellId, range: HashRange) -> bool {
-        let Some(t) = self.layout.lock().targets.get(to).cloned() else {
+        let Some((t, epoch)) = ({
+            let layout = self.layout.lock();
+            layout.targets.get(to).cloned().map(|t| (t, layout.epoch))
+        }) else {
             return false;
         };
         let policy = self.policy();
@@ -421,7 +503,7 @@ impl Replicator {
                 let mut b = Vec::with_capacity(item.key.len() + item.value.len() + 48);
                 if rec.encode(&mut b).is_ok() {
                     bytes += b.len();
-                    self.push(&t, Entry::Record(b));
+                    self.push(&t, epoch, Entry::Record(b));
                 }
             });
             bytes_total += bytes as u64;
@@ -441,15 +523,30 @@ impl Replicator {
                 }
             }
         }
-        let marker = self.push(&t, Entry::Done(range));
+        let marker = self.push(&t, epoch, Entry::Done(range));
         loop {
             if t.closed.load(Ordering::Acquire) {
                 return false;
             }
-            if t.acked() >= marker {
+            let (acked, rejected) = {
+                let st = t.state.lock();
+                (st.acked, st.rejected_upto)
+            };
+            if marker <= rejected {
+                return false; // dropped with an overflowing backlog: not delivered
+            }
+            if acked >= marker {
                 return true;
             }
             let _ = tokio::time::timeout(Duration::from_millis(20), t.wake.notified()).await;
+        }
+    }
+}
+
+fn trim_acked(st: &mut TargetState) {
+    while st.backlog.front().is_some_and(|(s, _, _)| *s <= st.acked) {
+        if let Some((_, _, Entry::Record(b))) = st.backlog.pop_front() {
+            st.backlog_bytes -= b.len();
         }
     }
 }
@@ -464,10 +561,6 @@ fn now_secs() -> u32 {
 impl ChangeSink for Replicator {
     fn record(&self, change: &Change<'_>) {
         let layout = self.layout.lock();
-        let Some(master) = layout.master else { return };
-        if layout.targets.is_empty() {
-            return;
-        }
         let op = match change.kind {
             ChangeKind::Put {
                 key,
@@ -498,11 +591,25 @@ impl ChangeSink for Replicator {
             | ReplicationOp::Touch { key, .. } => Some(key),
             ReplicationOp::Flush { .. } => None,
         };
-        if let Some(key) = key {
-            if !master.contains(cellcache_store::key_hash(key)) {
-                return;
+        let mastered = layout
+            .master
+            .is_some_and(|m| key.is_none_or(|k| m.contains(cellcache_store::key_hash(k))));
+        if !mastered {
+            // Replicas applying records have no capture; a client's write does.
+            if key.is_some() {
+                CAPTURE.with(|c| {
+                    if let Some(v) = c.borrow_mut().as_mut() {
+                        v.stray = true;
+                    }
+                });
             }
+            return;
         }
+        let Some(master) = layout.master else { return };
+        if layout.targets.is_empty() {
+            return;
+        }
+        let epoch = layout.epoch;
         let rec = ReplicationRecord {
             range: master,
             seq: 0,
@@ -516,24 +623,25 @@ impl ChangeSink for Replicator {
         drop(layout);
         let mut positions = Vec::with_capacity(targets.len());
         for t in targets {
-            let seq = self.push(&t, Entry::Record(bytes.clone()));
+            let seq = self.push(&t, epoch, Entry::Record(bytes.clone()));
             positions.push((t, seq));
         }
         CAPTURE.with(|c| {
             if let Some(v) = c.borrow_mut().as_mut() {
-                v.extend(positions);
+                v.positions.extend(positions);
             }
         });
     }
 }
 
-/// Applies a `Replicate` or `SnapshotChunk` payload to the backup's store; returns the
-/// highest sequence applied (records at or below `applied` are skipped).
+/// Applies a `Replicate` or `SnapshotChunk` payload to the backup's store, advancing
+/// `applied` (records at or below it are skipped) and leaving out keys `keep` refuses.
 pub fn apply_records(
     store: &Store,
     payload: &[u8],
     applied: &mut u64,
     now: u32,
+    keep: impl Fn(u64) -> bool,
 ) -> Result<(), String> {
     use cellcache_store::{Expiry, OwnedItem};
     for rec in ReplicationRecord::decode_all(payload) {
@@ -542,6 +650,15 @@ pub fn apply_records(
             continue;
         }
         *applied = rec.seq;
+        let key = match rec.op {
+            ReplicationOp::Set { key, .. }
+            | ReplicationOp::Delete { key }
+            | ReplicationOp::Touch { key, .. } => Some(key),
+            ReplicationOp::Flush { .. } => None,
+        };
+        if key.is_some_and(|k| !keep(cellcache_store::key_hash(k))) {
+            continue; // not a key this cell holds a copy of (any more)
+        }
         let expiry = |s: u64| Expiry::at(u32::try_from(s).unwrap_or(u32::MAX));
         let outcome = match rec.op {
             ReplicationOp::Set {

@@ -20,7 +20,7 @@ use cellcache_cluster::wire::FrameKind;
 use cellcache_proto::{Parsed, Request, parse};
 
 use super::Cluster;
-use super::repl::{self, Positions, WaitError};
+use super::repl::{self, Captured, Positions, WaitError};
 use crate::counters::LocalCounters;
 use crate::local::Flow;
 
@@ -125,6 +125,12 @@ pub fn place(cl: &Cluster, req: &Request<'_>, forwarded: bool) -> Placement {
     }
     let map = ring.map();
     let me = ring.id();
+    if let Request::MetaGet { flags, .. } = req {
+        // `mg … Y`: any copy will do (docs/protocol.md), this cell's if it has one.
+        if flags.eventual && !ring.is_fenced() && map.holds_copy(me, hashes[0]) {
+            return Placement::Local;
+        }
+    }
     let mut owners: Vec<Option<CellId>> = Vec::with_capacity(hashes.len());
     let mut all_servable = true;
     for &h in &hashes {
@@ -156,13 +162,32 @@ pub fn execute_local(
     now: u32,
     out: &mut Vec<u8>,
     counters: &mut LocalCounters,
-) -> (Flow, Positions) {
+) -> (Flow, Captured) {
     repl::capture(|| crate::local::execute(&cl.cell, req, now, out, counters))
 }
 
-/// Whether a reply with these positions must wait for the backups.
-pub fn must_wait(cl: &Cluster, positions: &Positions) -> bool {
-    !positions.is_empty() && cl.config.replication == crate::config::ReplicationMode::Sync
+/// What becomes of a locally executed request's reply.
+pub enum After {
+    /// Send it now.
+    Now,
+    /// Hold it until these positions are acknowledged.
+    Wait(Positions),
+    /// Replace it with `UNAVAILABLE`: the map moved between routing and execution, so the
+    /// write landed outside this cell's master range and is not replicated.
+    Stray,
+}
+
+/// Decides [`After`] for a captured execution.
+pub fn after(cl: &Cluster, captured: Captured) -> After {
+    if captured.stray {
+        After::Stray
+    } else if !captured.positions.is_empty()
+        && cl.config.replication == crate::config::ReplicationMode::Sync
+    {
+        After::Wait(captured.positions)
+    } else {
+        After::Now
+    }
 }
 
 /// Holds `reply` until `positions` are acknowledged, then calls `done`.
@@ -199,19 +224,19 @@ pub fn dispatch(cl: &Arc<Cluster>, bytes: Vec<u8>, ctx: Ctx, done: Done) {
         Placement::NoKeys | Placement::Local => {
             let mut out = Vec::new();
             let mut counters = LocalCounters::default();
-            let (_, positions) =
-                execute_local(cl, &request, cl.cell.now(), &mut out, &mut counters);
+            let (_, captured) = execute_local(cl, &request, cl.cell.now(), &mut out, &mut counters);
             cl.cell.counters.absorb(&mut counters);
-            if must_wait(cl, &positions) {
-                reply_after_replication(
+            match after(cl, captured) {
+                After::Wait(positions) => reply_after_replication(
                     cl,
                     positions,
                     out,
                     quiet,
                     Box::new(move |b| done(Reply::Bytes(b))),
-                );
-            } else {
-                done(Reply::Bytes(out));
+                ),
+                After::Now => done(Reply::Bytes(out)),
+                After::Stray if quiet => done(Reply::Bytes(Vec::new())),
+                After::Stray => done(Reply::Bytes(UNAVAILABLE.to_vec())),
             }
         }
         Placement::Wait => retry_later(cl, bytes, ctx, quiet, done),

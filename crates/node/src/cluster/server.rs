@@ -119,7 +119,7 @@ fn on_frame(cl: &Arc<Cluster>, from: &CellId, f: OwnedFrame, tx: &Out) {
             let ctx = Ctx {
                 forwarded: true,
                 from_epoch: f.epoch,
-                deadline: Instant::now() + Duration::from_millis(cl.config.request_timeout_ms / 2),
+                deadline: Instant::now() + Duration::from_millis(cl.config.request_timeout_ms),
             };
             let tx = tx.clone();
             route::dispatch(
@@ -135,16 +135,42 @@ fn on_frame(cl: &Arc<Cluster>, from: &CellId, f: OwnedFrame, tx: &Out) {
             );
         }
         FrameKind::Replicate | FrameKind::SnapshotChunk | FrameKind::SnapshotDone => {
-            // Fencing: a master with an older map may have been deposed; it gets no ack.
-            if f.epoch < cl.epoch() {
+            // The frame's epoch is the map its records were produced under.
+            if f.epoch > cl.epoch() {
+                // Decide under the sender's map: fetch it; the sender retries.
+                cl.fetch_map_from(from.clone());
+                let _ = tx.send((FrameKind::Refused, id, b"fetching the newer map".to_vec()));
+                return;
+            }
+            let (keep, serving): (Box<dyn Fn(u64) -> bool>, bool) = {
+                let ring = cl.ring.lock();
+                let map = ring.map().clone();
+                let now = cl.now_ms();
+                // Fencing: records of an older map are refused once this cell serves any of
+                // their keys as master (the sender was deposed; its write must not be
+                // acknowledged, nor clobber newer writes). Before that, they are the tail of
+                // a master whose lease this cell's serving waits for, and are kept.
+                let serving = f.epoch < map.epoch()
+                    && f.kind != FrameKind::SnapshotDone
+                    && record_hashes(&f.payload)
+                        .iter()
+                        .any(|h| h.is_some_and(|h| ring.can_serve(h, now)));
+                let me = cl.me.clone();
+                let sender = from.clone();
+                let child_of_sender = map.migrations().iter().any(|m| {
+                    matches!(m, cellcache_cluster::Migration::Division { parent, child, .. } if *child == me && *parent == sender)
+                });
+                (
+                    Box::new(move |h| child_of_sender || map.holds_copy(&me, h)),
+                    serving,
+                )
+            };
+            if serving {
                 cl.stats
                     .replicate_refused
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let _ = tx.send((FrameKind::Refused, id, b"stale epoch".to_vec()));
                 return;
-            }
-            if f.epoch > cl.epoch() {
-                cl.fetch_map_from(from.clone());
             }
             let mut applied = cl.applied.lock();
             let seq = applied.entry(from.clone()).or_insert(0);
@@ -164,7 +190,7 @@ fn on_frame(cl: &Arc<Cluster>, from: &CellId, f: OwnedFrame, tx: &Out) {
                 }
             } else {
                 if let Err(e) =
-                    super::repl::apply_records(&cl.cell.store, &f.payload, seq, cl.cell.now())
+                    super::repl::apply_records(&cl.cell.store, &f.payload, seq, cl.cell.now(), keep)
                 {
                     tracing::warn!(error = %e, "bad replication payload");
                     return;
@@ -200,4 +226,18 @@ fn on_frame(cl: &Arc<Cluster>, from: &CellId, f: OwnedFrame, tx: &Out) {
         | FrameKind::ReplicateAck
         | FrameKind::Refused => {}
     }
+}
+
+/// Key hashes of a replication payload's records (`None` for a flush).
+fn record_hashes(payload: &[u8]) -> Vec<Option<u64>> {
+    use cellcache_cluster::wire::payload::{ReplicationOp, ReplicationRecord};
+    ReplicationRecord::decode_all(payload)
+        .filter_map(Result::ok)
+        .map(|r| match r.op {
+            ReplicationOp::Set { key, .. }
+            | ReplicationOp::Delete { key }
+            | ReplicationOp::Touch { key, .. } => Some(cellcache_store::key_hash(key)),
+            ReplicationOp::Flush { .. } => None,
+        })
+        .collect()
 }

@@ -6,6 +6,7 @@
 //! mode pass|blackhole|drop|reset
 //! latency MS [JITTER_MS]
 //! bandwidth BYTES_PER_SEC|off
+//! flaky PARTS_PER_MILLION    (reset a connection at a random chunk; 0 is off)
 //! reset-connections          (RST the connections open now)
 //! heal                       (back to forwarding untouched)
 //! status
@@ -43,6 +44,9 @@ struct Args {
     /// Bandwidth cap per direction per connection, bytes per second.
     #[arg(long)]
     bandwidth: Option<u64>,
+    /// Chance per chunk, in parts per million, of resetting the connection instead.
+    #[arg(long, default_value_t = 0)]
+    reset_per_million: u32,
 }
 
 fn parse_mode(text: &str) -> Result<Mode, String> {
@@ -73,6 +77,9 @@ fn apply(proxy: &Proxy, line: &str) -> anyhow::Result<()> {
         ["bandwidth", "off"] => faults.bandwidth_bytes_per_sec = None,
         ["bandwidth", rate] => {
             faults.bandwidth_bytes_per_sec = Some(rate.parse().context("bytes per second")?);
+        }
+        ["flaky", chance] => {
+            faults.reset_per_million = chance.parse().context("parts per million")?;
         }
         ["reset-connections"] => {
             proxy.reset_connections();
@@ -108,6 +115,7 @@ fn main() -> anyhow::Result<()> {
         latency: Duration::from_millis(args.latency_ms),
         jitter: Duration::from_millis(args.jitter_ms),
         bandwidth_bytes_per_sec: args.bandwidth,
+        reset_per_million: args.reset_per_million,
     });
     println!("listening {} -> {}", proxy.addr(), proxy.target());
     for line in std::io::stdin().lock().lines() {

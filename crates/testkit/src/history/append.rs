@@ -49,6 +49,17 @@ pub fn split_tokens(value: &[u8]) -> Vec<&[u8]> {
 }
 
 pub(crate) fn check_key(key: &str, operations: &[Operation], violations: &mut Vec<Violation>) {
+    check_key_with(key, operations, violations, false);
+}
+
+/// `each_read`: check every read on its own even when the reads form a chain (the
+/// reference the chain path is tested against).
+pub(super) fn check_key_with(
+    key: &str,
+    operations: &[Operation],
+    violations: &mut Vec<Violation>,
+    each_read: bool,
+) {
     let mut tokens: HashMap<&[u8], Token> = HashMap::new();
     let mut created_at = u64::MAX;
     for operation in operations {
@@ -104,21 +115,169 @@ pub(crate) fn check_key(key: &str, operations: &[Operation], violations: &mut Ve
         }
     }
 
-    for &(read, value) in &reads {
-        check_read(key, read, value, &tokens, violations);
-    }
-    for &(later, later_value) in &reads {
-        for &(earlier, earlier_value) in &reads {
-            let before = earlier.completed.is_some_and(|done| done < later.invoked);
-            if before && !later_value.starts_with(earlier_value) {
-                violations.push(Violation::Diverged {
-                    key: key.to_owned(),
-                    earlier: earlier.clone(),
-                    later: later.clone(),
-                });
+    match check_reads_agree(key, &reads, violations) {
+        Some(chain) if !each_read => check_chain(key, &chain, &tokens, violations),
+        // reads disagree: check each on its own (slower, only on this failure path)
+        _ => {
+            for &(read, value) in &reads {
+                check_read(key, read, value, &tokens, violations);
             }
         }
     }
+}
+
+/// The per-read checks of [`check_read`] for reads that form a chain (each a prefix of the
+/// next): each read adds only its new tokens to a running state, so the cost is the length
+/// of the longest read plus the number of tokens, not their product. A violation is
+/// reported once, against the shortest read that shows it.
+fn check_chain(
+    key: &str,
+    chain: &[(&Operation, &[u8])],
+    tokens: &HashMap<&[u8], Token>,
+    violations: &mut Vec<Violation>,
+) {
+    let mut present: HashMap<&[u8], usize> = HashMap::new();
+    let mut latest_before: Option<(u64, &[u8])> = None;
+    // end of the last complete token of the previous read: the next read continues there
+    let mut boundary = 0;
+    for (index, &(read, value)) in chain.iter().enumerate() {
+        for token in split_tokens(&value[boundary..]) {
+            if token.last() != Some(&TOKEN_END) {
+                // a torn fragment at the end of this read: never a sent token
+                violations.push(Violation::FailedTokenPresent {
+                    key: key.to_owned(),
+                    read: read.clone(),
+                    token: token.to_vec(),
+                });
+                break;
+            }
+            boundary += token.len();
+            if let Some(first) = present.get(token) {
+                if *first != usize::MAX {
+                    violations.push(Violation::DuplicateToken {
+                        key: key.to_owned(),
+                        read: read.clone(),
+                        token: token.to_vec(),
+                    });
+                    // report each duplicated token once
+                    present.insert(token, usize::MAX);
+                }
+                continue;
+            }
+            present.insert(token, index);
+            let Some(sent) = tokens.get(token).filter(|t| t.status != Status::Failed) else {
+                violations.push(Violation::FailedTokenPresent {
+                    key: key.to_owned(),
+                    read: read.clone(),
+                    token: token.to_vec(),
+                });
+                continue;
+            };
+            if let Some((invoked, second)) = latest_before
+                && invoked > sent.acknowledged_at
+            {
+                violations.push(Violation::Reordered {
+                    key: key.to_owned(),
+                    read: read.clone(),
+                    first: token.to_vec(),
+                    second: second.to_vec(),
+                });
+            }
+            if latest_before.is_none_or(|(invoked, _)| sent.invoked > invoked) {
+                latest_before = Some((sent.invoked, token));
+            }
+        }
+    }
+    // An acknowledged token first shown by chain read `f` is in every read from `f` on; it
+    // is lost if a read before `f` (or any read, if it never shows) began after its
+    // acknowledgement. `latest[i]`: the latest-invoked read among the first `i`.
+    let mut latest: Vec<Option<&Operation>> = Vec::with_capacity(chain.len() + 1);
+    latest.push(None);
+    for &(read, _) in chain {
+        let previous = *latest.last().expect("starts with one entry");
+        latest.push(match previous {
+            Some(p) if p.invoked >= read.invoked => Some(p),
+            _ => Some(read),
+        });
+    }
+    let mut lost: Vec<(&[u8], u64, &Operation)> = Vec::new();
+    for (token, t) in tokens {
+        if t.status != Status::Acknowledged {
+            continue;
+        }
+        let first = match present.get(token) {
+            Some(&index) if index != usize::MAX => index,
+            Some(_) => continue, // duplicated: present from its first read on, reported
+            None => chain.len(),
+        };
+        if let Some(read) = latest[first]
+            && read.invoked > t.acknowledged_at
+        {
+            lost.push((token, t.invoked, read));
+        }
+    }
+    lost.sort_by_key(|&(_, invoked, _)| invoked);
+    for (token, _, read) in lost {
+        violations.push(Violation::LostToken {
+            key: key.to_owned(),
+            read: read.clone(),
+            token: token.to_vec(),
+        });
+    }
+}
+
+/// Reads of an append-only log must all be prefixes of one another, and a read must extend
+/// every read that completed before it began. Sorted by length, the reads form a chain iff
+/// each is a prefix of the next, and along a chain "extends" means "at least as long", so
+/// both checks take O(n log n) comparisons instead of comparing every pair.
+///
+/// Returns the reads in chain order when they form a chain.
+fn check_reads_agree<'a>(
+    key: &str,
+    reads: &[(&'a Operation, &'a [u8])],
+    violations: &mut Vec<Violation>,
+) -> Option<Vec<(&'a Operation, &'a [u8])>> {
+    let mut by_length: Vec<&(&Operation, &[u8])> = reads.iter().collect();
+    by_length.sort_by_key(|(read, value)| (value.len(), read.invoked));
+    for pair in by_length.windows(2) {
+        let (shorter, shorter_value) = *pair[0];
+        let (longer, longer_value) = *pair[1];
+        if !longer_value.starts_with(shorter_value) {
+            violations.push(Violation::Diverged {
+                key: key.to_owned(),
+                earlier: shorter.clone(),
+                later: longer.clone(),
+            });
+            // the other checks assume a chain
+            return None;
+        }
+    }
+    let mut by_completion: Vec<&(&Operation, &[u8])> = reads
+        .iter()
+        .filter(|(read, _)| read.completed.is_some())
+        .collect();
+    by_completion.sort_by_key(|(read, _)| read.completed);
+    let mut by_invocation: Vec<&(&Operation, &[u8])> = reads.iter().collect();
+    by_invocation.sort_by_key(|(read, _)| read.invoked);
+    let mut done = by_completion.iter().peekable();
+    let mut longest_done: Option<&(&Operation, &[u8])> = None;
+    for later in by_invocation {
+        while let Some(earlier) = done.next_if(|(read, _)| read.completed < Some(later.0.invoked)) {
+            if longest_done.is_none_or(|(_, value)| earlier.1.len() > value.len()) {
+                longest_done = Some(earlier);
+            }
+        }
+        if let Some((earlier, earlier_value)) = longest_done
+            && earlier_value.len() > later.1.len()
+        {
+            violations.push(Violation::Diverged {
+                key: key.to_owned(),
+                earlier: (*earlier).clone(),
+                later: later.0.clone(),
+            });
+        }
+    }
+    Some(by_length.into_iter().copied().collect())
 }
 
 fn check_read(

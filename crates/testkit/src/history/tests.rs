@@ -197,6 +197,35 @@ fn search_bound_reports_undecided() {
 }
 
 #[test]
+fn unread_unknown_writes_do_not_grow_the_search() {
+    // 60 writes left unknown by a fault, overlapping everything after them; only one of
+    // them is ever read. Without leaving the unread ones out, the search explores subsets.
+    let mut h = History::new();
+    seq(&mut h, 1, set("k", "base"), stored());
+    for i in 0..60 {
+        let at = h.invoke(100 + i, set("k", &format!("lost{i}")));
+        h.complete(at, unknown());
+    }
+    for round in 0..20 {
+        seq(&mut h, 2, get("k"), value("lost7"));
+        seq(&mut h, 3, set("k", &format!("after{round}")), stored());
+        seq(&mut h, 2, get("k"), value(&format!("after{round}")));
+    }
+    let report = check(
+        &h,
+        CheckConfig {
+            search_steps_max: 10_000,
+        },
+    );
+    // lost7 was written once: after `after1` replaced it, it cannot be read again
+    assert!(
+        matches!(report.violations[..], [Violation::NotLinearizable { .. }]),
+        "{report}"
+    );
+    assert!(report.inconclusive_keys.is_empty());
+}
+
+#[test]
 fn append_log_passes_with_concurrency_and_unknowns() {
     let mut h = History::new();
     seq(&mut h, 0, set("l", ""), stored());
@@ -278,6 +307,29 @@ fn append_key_loss_and_divergence_fail() {
     let report = verdict(&h);
     assert!(
         matches!(report.violations[..], [Violation::Diverged { .. }]),
+        "{report}"
+    );
+}
+
+#[test]
+fn append_read_shorter_than_an_earlier_read_fails() {
+    // both appends unknown, so only the reads say what happened: once a;b; was read, a
+    // later read cannot show the log shorter
+    let mut h = History::new();
+    seq(&mut h, 0, set("l", ""), stored());
+    let a = h.invoke(1, append("l", "a;"));
+    let b = h.invoke(2, append("l", "b;"));
+    seq(&mut h, 3, get("l"), value("a;"));
+    seq(&mut h, 3, get("l"), value("a;b;"));
+    let concurrent = h.invoke(4, get("l"));
+    seq(&mut h, 3, get("l"), value("a;"));
+    h.complete(concurrent, value("a;b;"));
+    h.complete(a, unknown());
+    h.complete(b, unknown());
+    let report = verdict(&h);
+    assert!(
+        matches!(&report.violations[..], [Violation::Diverged { later, .. }]
+            if later.outcome == value("a;")),
         "{report}"
     );
 }
@@ -533,10 +585,116 @@ proptest! {
         seq(&mut h, 99, get("k0"), Outcome::Ok(Reply::Value(Some(broken_value))));
         let report = verdict(&h);
         prop_assert!(!report.is_valid(), "mutation {} passed: {}", how, report);
+        prop_assert_eq!(chain_and_each_read_agree(&h), Ok(()));
     }
+
+    #[test]
+    fn chain_path_agrees_with_checking_each_read(steps in steps(300)) {
+        let (h, _, _) = simulate(&steps, true);
+        prop_assert_eq!(chain_and_each_read_agree(&h), Ok(()));
+    }
+}
+
+/// Whether the fast chain path and the read-by-read reference find violations of the same
+/// kinds for every append key of `h`.
+fn chain_and_each_read_agree(h: &History) -> Result<(), String> {
+    let operations = h.operations().map_err(|e| e.to_string())?;
+    for key in ["k0", "k1"] {
+        let of_key: Vec<Operation> = operations
+            .iter()
+            .filter(|o| o.op.key() == key)
+            .cloned()
+            .collect();
+        let kinds = |each_read| {
+            let mut found = Vec::new();
+            append::check_key_with(key, &of_key, &mut found, each_read);
+            let mut kinds: Vec<_> = found.iter().map(std::mem::discriminant).collect();
+            kinds.sort_by_key(|d| format!("{d:?}"));
+            kinds.dedup();
+            kinds
+        };
+        let (fast, reference) = (kinds(false), kinds(true));
+        if fast != reference {
+            return Err(format!(
+                "key {key}: chain {fast:?}, each read {reference:?}"
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn same_client(a: &[u8], b: &[u8]) -> bool {
     let client = |t: &[u8]| t.split(|&c| c == b'.').next().map(|c| c.to_vec());
     client(a) == client(b)
+}
+
+#[test]
+fn timeline_counts_per_bucket_and_finds_the_outage() {
+    use std::time::Duration;
+    let ms = Duration::from_millis;
+    // (invoke ms, complete ms, outcome) for one client each, so events interleave freely
+    let operations = [
+        (0, 5, stored()),
+        (10, 15, stored()),
+        (20, 250, unknown()), // the outage: nothing succeeds from 15 to 260 ms
+        (30, 240, Outcome::Fail("refused".into())),
+        (255, 260, stored()),
+        (265, 270, stored()),
+    ];
+    let mut timed: Vec<(Duration, ClientId, EventKind)> = Vec::new();
+    for (client, (invoke, complete, outcome)) in operations.iter().enumerate() {
+        let client = client as ClientId;
+        timed.push((
+            ms(*invoke),
+            client,
+            EventKind::Invoke(set("k", &format!("v{client}"))),
+        ));
+        timed.push((
+            ms(*complete),
+            client,
+            EventKind::Complete {
+                invoke: u64::MAX, // fixed below, once indices are known
+                outcome: outcome.clone(),
+            },
+        ));
+    }
+    timed.sort_by_key(|(time, _, _)| *time);
+    let mut invoked_at: std::collections::HashMap<ClientId, EventIndex> = Default::default();
+    let events = timed
+        .into_iter()
+        .enumerate()
+        .map(|(index, (time, client, mut kind))| {
+            let index = index as EventIndex;
+            match &mut kind {
+                EventKind::Invoke(_) => {
+                    invoked_at.insert(client, index);
+                }
+                EventKind::Complete { invoke, .. } => *invoke = invoked_at[&client],
+            }
+            Event {
+                index,
+                time,
+                client,
+                kind,
+            }
+        })
+        .collect();
+    let h = History::from_events(events);
+
+    let buckets = timeline::buckets(&h, ms(100)).expect("well formed");
+    let counts: Vec<(u64, u64, u64)> = buckets
+        .iter()
+        .map(|b| (b.ok, b.failed, b.unknown))
+        .collect();
+    assert_eq!(counts, vec![(2, 0, 0), (0, 0, 0), (2, 1, 1)]);
+    assert_eq!(buckets[2].start, ms(200));
+
+    assert_eq!(
+        timeline::longest_gap_without_success(&h, Duration::ZERO).expect("well formed"),
+        Some((ms(15), ms(260)))
+    );
+    assert_eq!(
+        timeline::longest_gap_without_success(&h, ms(300)).expect("well formed"),
+        None
+    );
 }
