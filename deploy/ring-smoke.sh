@@ -92,26 +92,31 @@ master_of() {
   echo "$found"
 }
 
-# until_value N KEY VALUE: gets KEY through cell N until it returns VALUE (at most 150
-# attempts of at most 10 s: a cell gives up on a silent master after 6 s),
+# until_value N KEY VALUE: gets KEY through cell N until it returns VALUE (for at most 40 s;
+# each get may take up to 10 s, since a cell gives up on a silent master after 6 s),
 # printing each distinct reply seen on the way and the time it took.
 until_value() {
   local start reply last="" want
   start=$(now)
   want=$(printf 'VALUE %s 0 %s\n%s\nEND' "$2" "${#3}" "$3")
-  for _ in $(seq 1 150); do
+  local deadline=$((SECONDS + 40))
+  while [ "$SECONDS" -lt "$deadline" ]; do
     reply=$(mc "$1" "get $2" 10 2>&1) || reply="(no complete reply within 10 s: ${reply:-nothing})"
     if [ "$reply" != "$last" ]; then
       echo "  +$(since "$start")s cell $1: get $2 -> $(tr '\n' ' ' <<<"$reply")"
       last=$reply
     fi
+    case $reply in
+      "(no complete reply"*) echo "  known problem: a request forwarded to a partitioned master is" \
+        "not answered, even after the takeover (docs/testing.md section 8)" ;;
+    esac
     if [ "$reply" = "$want" ]; then
       echo "  readable through cell $1 after $(since "$start")s"
       return 0
     fi
     sleep 0.2
   done
-  fail "$2 not readable through cell $1 after 150 attempts"
+  fail "$2 not readable through cell $1 within 40 s"
 }
 
 step "1. image and a ring of three"
