@@ -115,5 +115,5 @@ case "${1:-}" in
   connect) docker network connect --ip "$(cell_ip "$2")" "$net" "$(cell_name "$2")" ;;
   logs) docker logs "$(cell_name "$2")" ;;
   down) down ;;
-  *) sed -n '2,24p' "$0"; exit 2 ;;
+  *) sed -n '2,22p' "$0"; exit 2 ;;
 esac
