@@ -10,6 +10,11 @@
 #   bash docs/benchmarks/cellcache/run.sh engines    # 4. threads/epoll/uring/memcached (~15 min)
 #   bash docs/benchmarks/cellcache/run.sh strace     # 4. syscalls per request (strace -c -f) (~2 min)
 #   bash docs/benchmarks/cellcache/run.sh headline-epoll  # 5. the headline's GET 0.9 with epoll (~3 min)
+#   BEFORE=... AFTER=... bash docs/benchmarks/cellcache/run.sh epoll-fix
+#                       # 5. epoll engine before/after commit c7b757f, beside memcached (~8 min)
+#   bash docs/benchmarks/cellcache/run.sh uring-buffers  # 4. uring with 8192 provided buffers (~3 min)
+#   bash docs/benchmarks/cellcache/run.sh mget50     # 4. multi-get at 50 connections, every server (~2 min)
+#   bash docs/benchmarks/cellcache/run.sh seed004-engines  # 4. seed 004's point, every engine (~3 min)
 #   bash docs/benchmarks/cellcache/run.sh tables     # only regenerate tables.md and the plots
 #
 # Placement everywhere: the server under `taskset -c <last core>`, the generator pinned to the
@@ -34,7 +39,7 @@ gen_cpus=$([ "$ncpu" -ge 2 ] && echo "0-$((ncpu - 2))" || echo 0)
 root_flag=$([ "$(id -u)" -eq 0 ] && echo "-u root" || true)
 # Both servers allow 6000 connections (memcached's default is 1024, cellcache's too).
 mc_cmd="memcached -p {port} -t {threads} -m {memory_mb} -l 127.0.0.1 -U 0 -c 6000 $root_flag"
-cc_cmd() { echo "$cc serve -p {port} -t {threads} -m {memory_mb} -l 127.0.0.1 -c 6000 --io-engine $1"; }
+cc_cmd() { echo "${CC:-$cc} serve -p {port} -t {threads} -m {memory_mb} -l 127.0.0.1 -c 6000 --io-engine $1"; }
 what="${1:-all}"
 want() { [ "$what" = all ] || [ "$what" = "$1" ]; }
 
@@ -103,7 +108,15 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 start_server() { # $1 = server; optional STRACE_OUT to run it under strace -c -f
   port=$(free_port)
   local cmd
-  if [ "$1" = memcached ]; then cmd=$mc_cmd; else cmd=$(cc_cmd "$1"); fi
+  case "$1" in
+    memcached) cmd=$mc_cmd ;;
+    # The epoll engine before and after its EAGAIN-read change (section epoll-fix).
+    epoll-before) cmd=$(CC="$BEFORE" cc_cmd epoll) ;;
+    epoll-after) cmd=$(CC="$AFTER" cc_cmd epoll) ;;
+    # io_uring with a provided-buffer ring that covers 5000 receiving connections.
+    uring-8192bufs) cmd="env CELLCACHE_IO__URING_PROVIDED_BUFFERS=8192 $(cc_cmd uring)" ;;
+    *) cmd=$(cc_cmd "$1") ;;
+  esac
   cmd="${cmd//\{port\}/$port}"; cmd="${cmd//\{threads\}/1}"; cmd="${cmd//\{memory_mb\}/64}"
   if [ -n "${STRACE_OUT:-}" ]; then
     # shellcheck disable=SC2086 # the command line is split on purpose
@@ -212,6 +225,89 @@ if want headline || want tables; then
     --json "memcached p16=$out/plot-input/get0.9-p16-memcached.json" \
     --json "cellcache p16=$out/plot-input/get0.9-p16-cellcache-uring.json" \
     --out "$here/plots/headline"
+fi
+
+if [ "$what" = epoll-fix ]; then  # only on request: it needs BEFORE
+  # BEFORE: a cellcache built at 3a25f27 (the parent of the epoll change), e.g.
+  #   git worktree add /tmp/before 3a25f27 && (cd /tmp/before && cargo build --release -p cellcache)
+  #   BEFORE=/tmp/before/target/release/cellcache
+  # AFTER: a build with the change (default: $cc).
+  : "${BEFORE:?set BEFORE to a cellcache binary built at 3a25f27}"
+  AFTER="${AFTER:-$cc}"
+  mkdir -p "$out/engines"
+  base=(--keys 10000 --preload --popularity zipf --zipf-exponent 0.99 --value-size 100
+        --get-ratio 0.9 --warmup 1s --duration 3s)
+  fix_servers=(memcached epoll-before epoll-after)
+  for w in "fix-conns50-p1|-c 50" "fix-conns50-p16|-c 50 --pipeline 16" "fix-conns1000-p1|-c 1000"; do
+    name=${w%%|*}; read -r -a args <<< "${w#*|}"
+    echo "== epoll-fix $name" >&2
+    for rep in 1 2 3 4 5; do
+      for i in 0 1 2; do
+        s=${fix_servers[$(( (i + rep - 1) % 3 ))]}
+        engine_run "$name" "$rep" "$s" "${base[@]}" "${args[@]}"
+      done
+    done
+  done
+  mkdir -p "$out/strace"
+  for d in 1 16; do
+    for s in epoll-before epoll-after; do
+      echo "== strace $s depth $d" >&2
+      STRACE_OUT="$out/strace/$s-d$d.txt"
+      start_server "$s"
+      "${bench[@]}" --server "127.0.0.1:$port" --cpus "$gen_cpus" --progress never -c 100 \
+        --pipeline $d --keys 10000 --popularity zipf --value-size 100 --get-ratio 0.9 \
+        --duration 3s --output "$out/strace/$s-d$d.json" > /dev/null
+      stop_server
+      STRACE_OUT=
+    done
+  done
+fi
+
+if want mget50; then
+  # The headline's multi-get shape (50 connections, 10 keys per get) for every server, with
+  # server CPU: is its p99 (worse than memcached's in the headline) an engine matter?
+  mkdir -p "$out/engines"
+  base=(--keys 10000 --preload --popularity zipf --zipf-exponent 0.99 --value-size 100
+        --get-ratio 0.9 --warmup 1s --duration 3s)
+  for rep in 1 2 3 4 5; do
+    for i in 0 1 2 3; do
+      s=${servers[$(( (i + rep - 1) % 4 ))]}
+      engine_run "conns50-v100-r0.9-mget10" "$rep" "$s" "${base[@]}" -c 50 --multiget 10
+    done
+  done
+fi
+
+if want seed004-engines; then
+  # Seed 004's own operating point for every engine: 25 connections, 1000 keys, Zipf
+  # 1.345675, 1 KB, GET 0.9, 50 req/s open loop, and the same at saturation (closed loop).
+  mkdir -p "$out/engines"
+  base=(-c 25 --keys 1000 --preload --popularity zipf --zipf-exponent 1.345675 --value-size 1k
+        --get-ratio 0.9 --warmup 1s)
+  for rep in 1 2 3; do
+    for i in 0 1 2 3; do
+      s=${servers[$(( (i + rep - 1) % 4 ))]}
+      engine_run "seed004-rate50-v1k-r0.9" "$rep" "$s" "${base[@]}" --rate 50 --arrival uniform --duration 8s
+      engine_run "seed004-sat-v1k-r0.9" "$rep" "$s" "${base[@]}" --duration 3s
+    done
+  done
+fi
+
+if want uring-buffers; then
+  # At 1000 and 5000 connections the default ring of 256 provided buffers runs dry (each
+  # connection's multishot receive holds one while data waits): the same runs with 8192.
+  mkdir -p "$out/engines"
+  base=(--keys 10000 --preload --popularity zipf --zipf-exponent 0.99 --value-size 100
+        --get-ratio 0.9 --warmup 1s --duration 3s)
+  buf_servers=(epoll uring uring-8192bufs)
+  for c in 1000 5000; do
+    echo "== uring-buffers conns$c" >&2
+    for rep in 1 2 3; do
+      for i in 0 1 2; do
+        s=${buf_servers[$(( (i + rep - 1) % 3 ))]}
+        engine_run "bufs-conns$c" "$rep" "$s" "${base[@]}" -c $c
+      done
+    done
+  done
 fi
 
 python3 "$here/tables.py" "$here" > "$here/tables.md"

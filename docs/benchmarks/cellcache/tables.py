@@ -194,13 +194,13 @@ def capacity():
         print("## 2b. Hit ratio at equal memory (64 MiB, key space 10× the cache, Zipf 0.99, read-through)\n")
         print(f"```\n{cmdline(r['command'])}\n```\n")
         print(compare_header(p) + "\n")
-        print("| server | repetition | get hit ratio | throughput (req/s) | warm-up requests | items at end |")
-        print("|---|---|---|---|---|---|")
+        print("| server | repetition | get hit ratio | throughput (req/s) | warm-up requests |")
+        print("|---|---|---|---|---|")
         for run in sorted(r["runs"], key=lambda x: (x["side"], x["repetition"])):
             x = run["result"]["results"]
             g = x["ops"].get("get", x["all"])
             print(f"| {run['side']} | {run['repetition']} | {g['hit_ratio']:.4f} | {x['all']['throughput_rps']:.0f} | "
-                  f"{x['warmup_sent']} | - |")
+                  f"{x['warmup_sent']} |")
         print()
         m = metric(r, "hit_ratio")
         if m:
@@ -258,7 +258,7 @@ ENGINE_ORDER = ["memcached", "epoll", "uring", "threads"]
 def engine_runs():
     runs = {}
     for p in glob.glob(os.path.join(res, "engines", "*.json")):
-        m = re.match(r"(.+)-(memcached|epoll|uring|threads)-rep(\d+)\.json$", os.path.basename(p))
+        m = re.match(r"(.+)-(memcached|epoll-before|epoll-after|epoll|uring-8192bufs|uring|threads)-rep(\d+)\.json$", os.path.basename(p))
         if not m:
             continue
         r = load(p)
@@ -279,7 +279,7 @@ def paired_ratio(runs, a, b, f):
 
 
 def engines():
-    runs = engine_runs()
+    runs = {k: v for k, v in engine_runs().items() if k.startswith("conns")}
     if not runs:
         return
     def key(name):
@@ -326,6 +326,103 @@ def engines():
             print(f"```\n{cmdline(example['command'])}\n```\n(the same for every server but `--server`/`--output`)\n")
 
 
+def epoll_fix():
+    runs = {k: v for k, v in engine_runs().items() if k.startswith("fix-")}
+    if not runs:
+        return
+    print("## 5. The epoll engine before and after commit c7b757f (no EAGAIN read, reply before read)\n")
+    print("Same harness as section 4 (server on core 1, generator on core 0, `-t 1 -m 64`, 10 000 keys "
+          "preloaded, Zipf 0.99, 100 B, GET 0.9, 1 s warm-up + 3 s), 5 repetitions, the three servers "
+          "interleaved in a rotating order. `epoll-before` = cellcache built at 3a25f27, `epoll-after` = "
+          "with the change; both `--io-engine epoll`.\n")
+    tput = lambda r: r["results"]["all"]["throughput_rps"]
+    p50 = lambda r: r["results"]["all"]["latency"]["p50_us"]
+    p99 = lambda r: r["results"]["all"]["latency"]["p99_us"]
+    cpu = lambda r: r["server_cpu_us_per_request"]
+    for name in sorted(runs):
+        w = runs[name]
+        print(f"### {name[4:]}\n")
+        print("| server | throughput (req/s) | p50 (µs) | p99 (µs) | server CPU µs / request | "
+              "after/before: throughput | p50 | p99 | CPU/request | vs memcached: throughput | p50 | p99 | CPU/request |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for s in ("memcached", "epoll-before", "epoll-after"):
+            if s not in w:
+                continue
+            rs = list(w[s].values())
+            ab = lambda f: fmt_ratio(paired_ratio(w, "epoll-after", "epoll-before", f)) if s == "epoll-after" else ""
+            vm = lambda f: "" if s == "memcached" else fmt_ratio(paired_ratio(w, s, "memcached", f))
+            print(f"| {s} | {fmt_spread(spread([tput(r) for r in rs]), 0)} | {fmt_spread(spread([p50(r) for r in rs]), 0)} | "
+                  f"{fmt_spread(spread([p99(r) for r in rs]), 0)} | {fmt_spread(spread([cpu(r) for r in rs]), 2)} | "
+                  f"{ab(tput)} | {ab(p50)} | {ab(p99)} | {ab(cpu)} | {vm(tput)} | {vm(p50)} | {vm(p99)} | {vm(cpu)} |")
+        print()
+        ex = w.get("epoll-after", {}).get(1)
+        if ex:
+            print(f"```\n{cmdline(ex['command'])}\n```\n")
+
+
+def seed004_engines():
+    runs = {k: v for k, v in engine_runs().items() if k.startswith("seed004-")}
+    if not runs:
+        return
+    print("## 4d. Seed 004's operating point, every engine\n")
+    print("25 connections, 1000 keys preloaded, Zipf s = 1.345675, 1 KB values, GET 0.9; at the seed's "
+          "50 req/s (open loop, uniform arrivals, 8 s, latency from intended send times) and at "
+          "saturation (closed loop, 3 s). Same placement as section 4; 3 repetitions, rotating order. "
+          "At 50 req/s the server is idle most of the time, so CPU per request there is mostly the cost "
+          "of waking up.\n")
+    tput = lambda r: r["results"]["all"]["throughput_rps"]
+    p50 = lambda r: r["results"]["all"]["latency"]["p50_us"]
+    p95 = lambda r: r["results"]["all"]["latency"]["p95_us"]
+    p99 = lambda r: r["results"]["all"]["latency"]["p99_us"]
+    mean = lambda r: r["results"]["all"]["latency"]["mean_us"]
+    cpu = lambda r: r["server_cpu_us_per_request"]
+    for name in sorted(runs):
+        w = runs[name]
+        print(f"### {name}\n")
+        print("| server | throughput (req/s) | avg (µs) | p50 (µs) | p95 (µs) | p99 (µs) | server CPU µs / request | "
+              "p50 vs epoll | p99 vs epoll | CPU vs epoll | p50 vs memcached | p99 vs memcached |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for s in ENGINE_ORDER:
+            if s not in w:
+                continue
+            rs = list(w[s].values())
+            vs = lambda other, f: "" if s == other else fmt_ratio(paired_ratio(w, s, other, f))
+            print(f"| {s} | {fmt_spread(spread([tput(r) for r in rs]), 1)} | {fmt_spread(spread([mean(r) for r in rs]), 0)} | "
+                  f"{fmt_spread(spread([p50(r) for r in rs]), 0)} | {fmt_spread(spread([p95(r) for r in rs]), 0)} | "
+                  f"{fmt_spread(spread([p99(r) for r in rs]), 0)} | {fmt_spread(spread([cpu(r) for r in rs]), 1)} | "
+                  f"{vs('epoll', p50)} | {vs('epoll', p99)} | {vs('epoll', cpu)} | {vs('memcached', p50)} | {vs('memcached', p99)} |")
+        print()
+        ex = w.get("epoll", {}).get(1)
+        if ex:
+            print(f"```\n{cmdline(ex['command'])}\n```\n")
+
+
+def uring_buffers():
+    runs = {k: v for k, v in engine_runs().items() if k.startswith("bufs-")}
+    if not runs:
+        return
+    print("## 4c. io_uring's provided-buffer ring at 1000 and 5000 connections\n")
+    print("Same harness as section 4 (100 B, GET 0.9, depth 1), 3 repetitions, rotating order. "
+          "`uring` = default `uring_provided_buffers = 256`; `uring-8192bufs` = the same binary with "
+          "`CELLCACHE_IO__URING_PROVIDED_BUFFERS=8192` (8192 × 16 KiB = 128 MiB of receive buffers).\n")
+    tput = lambda r: r["results"]["all"]["throughput_rps"]
+    p99 = lambda r: r["results"]["all"]["latency"]["p99_us"]
+    cpu = lambda r: r["server_cpu_us_per_request"]
+    for name in sorted(runs, key=lambda n: int(n.split("conns")[1])):
+        w = runs[name]
+        print(f"### {name[5:]}\n")
+        print("| server | throughput (req/s) | p99 (µs) | server CPU µs / request | vs epoll: throughput | p99 | CPU/request |")
+        print("|---|---|---|---|---|---|---|")
+        for s in ("epoll", "uring", "uring-8192bufs"):
+            if s not in w:
+                continue
+            rs = list(w[s].values())
+            ve = lambda f: "" if s == "epoll" else fmt_ratio(paired_ratio(w, s, "epoll", f))
+            print(f"| {s} | {fmt_spread(spread([tput(r) for r in rs]), 0)} | {fmt_spread(spread([p99(r) for r in rs]), 0)} | "
+                  f"{fmt_spread(spread([cpu(r) for r in rs]), 2)} | {ve(tput)} | {ve(p99)} | {ve(cpu)} |")
+        print()
+
+
 def strace_summary(path):
     """Parses `strace -c -f` output: {syscall: (calls, errors)} and the total."""
     calls = {}
@@ -359,7 +456,7 @@ def strace():
     print("| server | depth | requests | syscalls | per request | main calls (errors) |")
     print("|---|---:|---:|---:|---:|---|")
     for d in (1, 16):
-        for s in ENGINE_ORDER:
+        for s in ENGINE_ORDER + ["epoll-before", "epoll-after"]:
             j = os.path.join(res, "strace", f"{s}-d{d}.json")
             t = os.path.join(res, "strace", f"{s}-d{d}.txt")
             if not (os.path.exists(j) and os.path.exists(t)):
@@ -399,4 +496,7 @@ headline()
 capacity()
 seed004()
 engines()
+seed004_engines()
+uring_buffers()
 strace()
+epoll_fix()
