@@ -15,6 +15,7 @@
 #   bash docs/benchmarks/cellcache/run.sh uring-buffers  # 4. uring with 8192 provided buffers (~3 min)
 #   bash docs/benchmarks/cellcache/run.sh mget50     # 4. multi-get at 50 connections, every server (~2 min)
 #   bash docs/benchmarks/cellcache/run.sh seed004-engines  # 4. seed 004's point, every engine (~3 min)
+#   BEFORE=... AFTER=... bash docs/benchmarks/cellcache/run.sh recheck  # 5. side-by-side rechecks (~4 min)
 #   bash docs/benchmarks/cellcache/run.sh tables     # only regenerate tables.md and the plots
 #
 # Placement everywhere: the server under `taskset -c <last core>`, the generator pinned to the
@@ -225,6 +226,22 @@ if want headline || want tables; then
     --json "memcached p16=$out/plot-input/get0.9-p16-memcached.json" \
     --json "cellcache p16=$out/plot-input/get0.9-p16-cellcache-uring.json" \
     --out "$here/plots/headline"
+fi
+
+if [ "$what" = recheck ]; then  # only on request: it needs BEFORE and AFTER
+  # Issue 5's pipeline-1 question again, side by side (bench compare), for the epoll change:
+  # memcached vs epoll after it, epoll before vs after, and the multi-get p99 of section 1.
+  : "${BEFORE:?set BEFORE to a cellcache binary built at 3a25f27}"
+  AFTER="${AFTER:-$cc}"
+  common=(-c 50 --keys 10000 --preload --popularity zipf --zipf-exponent 0.99 --value-size 100
+          --warmup 1s --duration 3s --repetitions 5 --get-ratio 0.9)
+  B_CMD="$(CC="$AFTER" cc_cmd epoll)" B_NAME=cellcache-epoll-c7b757f \
+    compare recheck-epollfix-get0.9-p1 "${common[@]}"
+  A_CMD="$(CC="$BEFORE" cc_cmd epoll)" A_NAME=epoll-3a25f27 B_CMD="$(CC="$AFTER" cc_cmd epoll)" \
+    B_NAME=epoll-c7b757f compare recheck-epoll-before-after-get0.9-p1 "${common[@]}"
+  compare recheck-uring-get0.9-mget10 "${common[@]}" --multiget 10
+  B_CMD="$(CC="$AFTER" cc_cmd epoll)" B_NAME=cellcache-epoll-c7b757f \
+    compare recheck-epollfix-get0.9-mget10 "${common[@]}" --multiget 10
 fi
 
 if [ "$what" = epoll-fix ]; then  # only on request: it needs BEFORE

@@ -471,6 +471,23 @@ def strace():
     print(f"```\ntaskset -c 1 strace -c -f -o results/strace/SERVER-dD.txt SERVER_COMMAND &\n{cmdline(ex['command'])}\n```\n")
 
 
+def recheck():
+    files = sorted(glob.glob(os.path.join(res, "recheck-*.json"))) + \
+        sorted(glob.glob(os.path.join(res, "headline-epoll-*.json")))
+    if not files:
+        return
+    print("## 6. Side-by-side rechecks for issue 5 (bench compare, headline shape)\n")
+    print("50 connections, 10 000 keys preloaded, Zipf 0.99, 100 B, GET 0.9, 5 interleaved repetitions "
+          "per side. `epoll-3a25f27` / `epoll-c7b757f` = the epoll engine before / after the change; "
+          "`headline-epoll-*` ran earlier with the epoll engine at 3a25f27.\n")
+    for p in files:
+        r = load(p)
+        print(f"### {os.path.basename(p)[:-5]}\n")
+        print(f"```\n{cmdline(r['command'])}\n```\n")
+        print(compare_header(p) + "\n")
+        print(compare_table(p) + "\n")
+
+
 def plot_inputs(outdir):
     os.makedirs(outdir, exist_ok=True)
     for w in ("get0.9-p1", "get0.9-p16"):
@@ -500,3 +517,4 @@ seed004_engines()
 uring_buffers()
 strace()
 epoll_fix()
+recheck()
