@@ -269,6 +269,7 @@ def engine_runs():
             w = r["workload"]
             requests = x["all"]["sent"] + x["warmup_sent"] + (w["key_count"] if w["preloaded"] else 0)
             r["server_cpu_us_per_request"] = int(ticks) / int(hz) * 1e6 / requests
+            r["server_cpu_ticks"] = int(ticks)
         runs.setdefault(m.group(1), {}).setdefault(m.group(2), {})[int(m.group(3))] = r
     return runs
 
@@ -375,10 +376,14 @@ def seed004_engines():
     p95 = lambda r: r["results"]["all"]["latency"]["p95_us"]
     p99 = lambda r: r["results"]["all"]["latency"]["p99_us"]
     mean = lambda r: r["results"]["all"]["latency"]["mean_us"]
-    cpu = lambda r: r["server_cpu_us_per_request"]
     for name in sorted(runs):
         w = runs[name]
+        # CPU time is read in clock ticks (10 ms): a run with fewer than 100 has no usable figure.
+        cpu_ok = all(r["server_cpu_ticks"] >= 100 for rs in w.values() for r in rs.values())
+        cpu = (lambda r: r["server_cpu_us_per_request"]) if cpu_ok else (lambda r: None)
         print(f"### {name}\n")
+        if not cpu_ok:
+            print("(Server CPU not shown: under 100 clock ticks per run at this rate, too coarse to divide.)\n")
         print("| server | throughput (req/s) | avg (µs) | p50 (µs) | p95 (µs) | p99 (µs) | server CPU µs / request | "
               "p50 vs epoll | p99 vs epoll | CPU vs epoll | p50 vs memcached | p99 vs memcached |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -390,7 +395,8 @@ def seed004_engines():
             print(f"| {s} | {fmt_spread(spread([tput(r) for r in rs]), 1)} | {fmt_spread(spread([mean(r) for r in rs]), 0)} | "
                   f"{fmt_spread(spread([p50(r) for r in rs]), 0)} | {fmt_spread(spread([p95(r) for r in rs]), 0)} | "
                   f"{fmt_spread(spread([p99(r) for r in rs]), 0)} | {fmt_spread(spread([cpu(r) for r in rs]), 1)} | "
-                  f"{vs('epoll', p50)} | {vs('epoll', p99)} | {vs('epoll', cpu)} | {vs('memcached', p50)} | {vs('memcached', p99)} |")
+                  f"{vs('epoll', p50)} | {vs('epoll', p99)} | {vs('epoll', cpu) if cpu_ok else '-'} | "
+                  f"{vs('memcached', p50)} | {vs('memcached', p99)} |")
         print()
         ex = w.get("epoll", {}).get(1)
         if ex:
