@@ -16,6 +16,7 @@
 #   bash docs/benchmarks/cellcache/run.sh mget50     # 4. multi-get at 50 connections, every server (~2 min)
 #   bash docs/benchmarks/cellcache/run.sh seed004-engines  # 4. seed 004's point, every engine (~3 min)
 #   BEFORE=... AFTER=... bash docs/benchmarks/cellcache/run.sh recheck  # 5. side-by-side rechecks (~4 min)
+#   bash docs/benchmarks/cellcache/run.sh cpusplit   # 4. user vs system CPU per server (~1 min)
 #   bash docs/benchmarks/cellcache/run.sh tables     # only regenerate tables.md and the plots
 #
 # Placement everywhere: the server under `taskset -c <last core>`, the generator pinned to the
@@ -305,6 +306,27 @@ if want seed004-engines; then
       s=${servers[$(( (i + rep - 1) % 4 ))]}
       engine_run "seed004-rate50-v1k-r0.9" "$rep" "$s" "${base[@]}" --rate 50 --arrival uniform --duration 8s
       engine_run "seed004-sat-v1k-r0.9" "$rep" "$s" "${base[@]}" --duration 3s
+    done
+  done
+fi
+
+if want cpusplit; then
+  # Where the server's CPU goes: user vs system time (/proc/<pid>/stat fields 14 and 15), every
+  # server, 100 connections, 100 B, GET 0.9, depth 1 and 16, 2 repetitions, rotating order.
+  mkdir -p "$out/cpusplit"
+  for d in 1 16; do
+    for rep in 1 2; do
+      for i in 0 1 2 3; do
+        s=${servers[$(( (i + rep - 1) % 4 ))]}
+        start_server "$s"
+        read -r u0 s0 < <(awk '{print $14, $15}' "/proc/$server_pid/stat")
+        "${bench[@]}" --server "127.0.0.1:$port" --cpus "$gen_cpus" --progress never -c 100 --pipeline $d \
+          --keys 10000 --preload --popularity zipf --zipf-exponent 0.99 --value-size 100 --get-ratio 0.9 \
+          --warmup 1s --duration 3s --output "$out/cpusplit/d$d-$s-rep$rep.json" > /dev/null
+        read -r u1 s1 < <(awk '{print $14, $15}' "/proc/$server_pid/stat")
+        echo "$((u1 - u0)) $((s1 - s0)) $(getconf CLK_TCK)" > "$out/cpusplit/d$d-$s-rep$rep.cpu"
+        stop_server
+      done
     done
   done
 fi

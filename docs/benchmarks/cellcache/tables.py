@@ -429,6 +429,35 @@ def uring_buffers():
         print()
 
 
+def cpusplit():
+    files = sorted(glob.glob(os.path.join(res, "cpusplit", "*.cpu")))
+    if not files:
+        return
+    print("## 4e. Where the server's CPU goes: user vs system time\n")
+    print("100 connections, 100 B, GET 0.9, 10 000 keys preloaded, Zipf 0.99, 1 s warm-up + 3 s; "
+          "2 repetitions per server in a rotating order; utime and stime of the server process "
+          "(`/proc/<pid>/stat` fields 14 and 15, all threads) across the bench run, per request "
+          "answered (preload + warm-up + measured).\n")
+    print("| depth | server | user µs / request | system µs / request | system share |")
+    print("|---:|---|---|---|---|")
+    for d in (1, 16):
+        for srv in ENGINE_ORDER:
+            us, ss, shares = [], [], []
+            for c in sorted(glob.glob(os.path.join(res, "cpusplit", f"d{d}-{srv}-rep*.cpu"))):
+                u, st, hz = (int(x) for x in open(c).read().split())
+                r = load(c[:-4] + ".json")
+                x = r["results"]
+                req = x["all"]["sent"] + x["warmup_sent"] + r["workload"]["key_count"]
+                us.append(u / hz * 1e6 / req)
+                ss.append(st / hz * 1e6 / req)
+                shares.append(st / (u + st) if u + st else None)
+            if us:
+                print(f"| {d} | {srv} | {fmt_spread(spread(us), 2)} | {fmt_spread(spread(ss), 2)} | "
+                      f"{fmt_spread(spread([x * 100 for x in shares if x is not None]), 0)} % |")
+    ex = load(sorted(glob.glob(os.path.join(res, "cpusplit", "*.json")))[0])
+    print(f"\n```\n{cmdline(ex['command'])}\n```\n")
+
+
 def strace_summary(path):
     """Parses `strace -c -f` output: {syscall: (calls, errors)} and the total."""
     calls = {}
@@ -521,6 +550,7 @@ seed004()
 engines()
 seed004_engines()
 uring_buffers()
+cpusplit()
 strace()
 epoll_fix()
 recheck()
