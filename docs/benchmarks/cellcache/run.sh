@@ -227,6 +227,16 @@ if want headline || want tables; then
     --json "memcached p16=$out/plot-input/get0.9-p16-memcached.json" \
     --json "cellcache p16=$out/plot-input/get0.9-p16-cellcache-uring.json" \
     --out "$here/plots/headline"
+  # Engines at 100 connections, depth 1 and 16: the median repetition of each server.
+  for w in conns100-v100-r0.9 conns100-v100-r0.9-p16; do
+    args=()
+    for s in "${servers[@]}"; do
+      f="$out/plot-input/engines-$w-$s.json"
+      [ -f "$f" ] && args+=(--json "$s=$f")
+    done
+    [ ${#args[@]} -gt 0 ] && "${bench[@]}" plot --title "I/O engines and memcached, -t 1, $w" \
+      "${args[@]}" --out "$here/plots/engines-$w"
+  done
 fi
 
 if [ "$what" = recheck ]; then  # only on request: it needs BEFORE and AFTER
