@@ -2,9 +2,13 @@
 //! before it starts evicting, and the per-item overhead that implies.
 //!
 //! Distinct keys are written in pipelined batches; after each batch the server's `stats` are
-//! read. The first batch after which `evictions` grew marks the limit: the items the server
-//! held then (`curr_items`) are its capacity, and `limit_maxbytes / items - (key + value)` is
-//! the bytes it spends per item beyond the raw key and value. The precision is one batch.
+//! read. The first batch after which `evictions` grew marks the limit. The capacity is the
+//! most items the server held at once up to then: `curr_items` after that batch or after the
+//! batch before, whichever is larger. (After the batch alone is not enough: a server that
+//! evicts a whole slab at a time — cellcache — holds fewer items right after its first
+//! eviction than just before it, while memcached, evicting one item at a time, holds the
+//! most right after.) `limit_maxbytes / items - (key + value)` is the bytes it spends per
+//! item beyond the raw key and value. The precision is one batch.
 //! The server should be freshly started, so no earlier data occupies memory.
 
 use std::net::SocketAddr;
@@ -63,7 +67,8 @@ pub struct CapacityReport {
     pub value_len: usize,
     /// Distinct keys written until evictions started.
     pub keys_written: u64,
-    /// Items the server held when evictions started (`curr_items`).
+    /// Most items the server held at once before it started evicting (`curr_items`, to a
+    /// precision of one batch; see the module docs).
     pub items_held: u64,
     /// `evictions` at that moment.
     pub evictions: u64,
@@ -96,6 +101,7 @@ pub fn measure(addr: SocketAddr, params: &CapacityParams) -> anyhow::Result<Capa
     let value = pool.value(params.item_value_len);
     let batch = params.fill_batch.max(1) as u64;
     let mut written = 0u64;
+    let mut held_before_batch = 0u64;
     while written < params.fill_keys_max {
         let end = (written + batch).min(params.fill_keys_max);
         let (_, not_stored) = client.set_many(
@@ -111,8 +117,9 @@ pub fn measure(addr: SocketAddr, params: &CapacityParams) -> anyhow::Result<Capa
         written = end;
         let stats = client.stats()?;
         let evictions = stat(&stats, "evictions")?;
+        let held = stat(&stats, "curr_items")?;
         if evictions > evictions_before {
-            let items_held = stat(&stats, "curr_items")?;
+            let items_held = held.max(held_before_batch);
             let bytes_per_item = limit_bytes as f64 / items_held.max(1) as f64;
             return Ok(CapacityReport {
                 server: addr.to_string(),
@@ -129,6 +136,7 @@ pub fn measure(addr: SocketAddr, params: &CapacityParams) -> anyhow::Result<Capa
                 machine: Machine::current(),
             });
         }
+        held_before_batch = held;
     }
     bail!(
         "{addr} stored {written} keys without evicting; raise --fill-keys-max or lower its memory limit"

@@ -6,6 +6,7 @@
 #   bash docs/benchmarks/cellcache/run.sh headline   # 1. side by side + A/A noise floor (~8 min)
 #   bash docs/benchmarks/cellcache/run.sh aa         # only the A/A noise floor (~3 min)
 #   bash docs/benchmarks/cellcache/run.sh capacity   # 2. items in 64 MiB, hit ratio at equal memory (~6 min)
+#   bash docs/benchmarks/cellcache/run.sh hitratio   # 2. only the hit ratio at equal memory (~5 min)
 #   bash docs/benchmarks/cellcache/run.sh seed004    # 3. seed-004 grid, both servers (~10 min)
 #   bash docs/benchmarks/cellcache/run.sh engines    # 4. threads/epoll/uring/memcached (~15 min)
 #   bash docs/benchmarks/cellcache/run.sh strace     # 4. syscalls per request (strace -c -f) (~2 min)
@@ -79,8 +80,11 @@ if want headline || want aa; then
 fi
 
 if want capacity; then
-  # (a) 14-byte keys, 100-byte values, 64 MiB: items held when evictions start.
+  # (a) 14-byte keys, 100-byte values, 64 MiB: most items held before evictions start.
   compare capacity-64m --experiment capacity --item-key-len 14 --item-value-len 100 --repetitions 2
+fi
+
+if want capacity || want hitratio; then
   # (b) Hit ratio at equal memory: Zipf 0.99 over 10 x 64 MiB of raw key+value bytes
   # (10 * 67108864 / 114 = 5886742 keys), read-through; the 60 s warm-up fills the cache and
   # turns it over several times (as in memcached-baseline/run.sh).
