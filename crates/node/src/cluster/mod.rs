@@ -101,9 +101,18 @@ impl Cluster {
         let client = cell.config.server.addr();
         let peer_listener = bind_peer(client, config.peer_port)?;
         let peer = peer_listener.local_addr()?;
+        let host = if config.advertise_host.is_empty() {
+            client.ip().to_string()
+        } else {
+            config.advertise_host.clone()
+        };
+        let join_host = |port: u16| match host.parse::<std::net::IpAddr>() {
+            Ok(ip) => SocketAddr::new(ip, port).to_string(),
+            Err(_) => format!("{host}:{port}"),
+        };
         let address = CellAddress {
-            client: client.to_string(),
-            peer: peer.to_string(),
+            client: join_host(client.port()),
+            peer: join_host(peer.port()),
         };
         tracing::info!(client = %address.client, peer = %address.peer, "peer listener bound");
         let (me, map, bootstrap) = if join.is_empty() {
