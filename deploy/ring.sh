@@ -1,32 +1,32 @@
 #!/usr/bin/env bash
 # Builds the scratch image of cellcache and runs a ring of cells on a private docker
 # network, one container per cell, addressed by fixed IPs (the image has no resolver
-# configuration, so cells are given addresses, not names).
+# configuration, so cells are given addresses, not names). Each cell listens on its
+# container's address, which is also the address it advertises to the ring.
 #
 #   deploy/ring.sh build              static release binary + image cellcache:dev
-#   deploy/ring.sh up [CELLS]         network + CELLS cells (default 3); the first
-#                                     bootstraps, the others `serve --join` it
-#   deploy/ring.sh status             containers, and `cellcache ctl status` if the binary has it
+#   deploy/ring.sh up [CELLS]         network + CELLS cells (default 3); cell 1 bootstraps,
+#                                     the others `serve --join` it, one at a time
+#   deploy/ring.sh join N             one more cell, N, joining through any running cell
+#                                     (e.g. after a `docker kill`: a lost cell comes back
+#                                     only as a new cell)
+#   deploy/ring.sh status [N]         containers, and `cellcache ctl status` (run in a
+#                                     container on the network) through cell N or the
+#                                     first running cell that answers
 #   deploy/ring.sh disconnect N       cut cell N off the network (a partition)
 #   deploy/ring.sh connect N          put it back (same address)
+#   deploy/ring.sh logs N             the cell's log
 #   deploy/ring.sh down               remove the cells and the network
 #
-# Settings (environment): CELLCACHE_IMAGE (cellcache:dev), CELLCACHE_NET (cellcache-net),
-# CELLCACHE_SUBNET_PREFIX (172.31.77; cell N gets .10+N), CELLCACHE_PORT (11211).
-# More than one cell needs `serve --join`, which arrives with the ring (issue 6); until then
-# `up` refuses more than one cell with a message saying so.
+# Cell N is container cellcache-net-cellN at 172.31.77.(10+N):11211 (peer port 21211).
+# Settings: see deploy/lib.sh. deploy/ring-smoke.sh runs a ring through a kill and a
+# partition with checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. deploy/lib.sh
 
-image=${CELLCACHE_IMAGE:-cellcache:dev}
-net=${CELLCACHE_NET:-cellcache-net}
-prefix=${CELLCACHE_SUBNET_PREFIX:-172.31.77}
-port=${CELLCACHE_PORT:-11211}
 target=x86_64-unknown-linux-gnu
 binary=target/$target/release/cellcache
-
-cell_name() { echo "${net}-cell$1"; }
-cell_ip() { echo "$prefix.$((10 + $1))"; }
 
 build() {
   RUSTFLAGS='-C target-feature=+crt-static' cargo build --release --locked --target "$target" -p cellcache
@@ -43,24 +43,20 @@ build() {
   docker image ls "$image"
 }
 
-# Waits (bounded) until the cell answers `version` on its address, from the host.
-wait_ready() {
-  local ip=$1
-  for _ in $(seq 1 100); do
-    if exec 3<>"/dev/tcp/$ip/$port" 2>/dev/null; then
-      printf 'version\r\n' >&3
-      local line=""
-      read -r -t 2 line <&3 || true
-      exec 3>&- 3<&-
-      if [[ $line == VERSION* ]]; then
-        echo "  $ip:$port answers: ${line%$'\r'}"
-        return 0
-      fi
-    fi
-    sleep 0.1
-  done
-  echo "error: no answer from $ip:$port" >&2
-  return 1
+network() {
+  # Addresses .128-.255 are for containers without a fixed one (`status`), so they never
+  # take the address of a stopped cell that is started or connected again.
+  docker network inspect "$net" >/dev/null 2>&1 ||
+    docker network create --subnet "$prefix.0/24" --ip-range "$prefix.128/25" "$net" >/dev/null
+}
+
+# start N [JOIN_CELL]: runs cell N's container, bootstrapping or joining JOIN_CELL.
+start() {
+  local n=$1 args=(serve -l "$(cell_ip "$1")" -p "$port")
+  [ -n "${2:-}" ] && args+=(--join "$(cell_ip "$2"):$port")
+  docker run -d -e NO_COLOR=1 --name "$(cell_name "$n")" --network "$net" --ip "$(cell_ip "$n")" \
+    "$image" "${args[@]}" >/dev/null
+  echo "cell $n: $(cell_name "$n") $(cell_ip "$n"):$port${2:+ (joined through cell $2)}"
 }
 
 up() {
@@ -69,26 +65,39 @@ up() {
     build
   fi
   if [ "$cells" -gt 1 ] && ! docker run --rm "$image" serve --help | grep -q -- '--join'; then
-    echo "error: this cellcache has no 'serve --join' yet (the ring, issue 6); only 'up 1' works" >&2
+    echo "error: image $image has no 'serve --join'; rebuild it: deploy/ring.sh build" >&2
     exit 2
   fi
-  docker network inspect "$net" >/dev/null 2>&1 ||
-    docker network create --subnet "$prefix.0/24" "$net" >/dev/null
+  network
   for n in $(seq 1 "$cells"); do
-    local args=(serve -l "$(cell_ip "$n")" -p "$port")
-    [ "$n" -gt 1 ] && args+=(--join "$(cell_ip 1):$port")
-    docker run -d -e NO_COLOR=1 --name "$(cell_name "$n")" --network "$net" --ip "$(cell_ip "$n")" \
-      "$image" "${args[@]}" >/dev/null
-    echo "cell $n: $(cell_name "$n") $(cell_ip "$n"):$port"
-    wait_ready "$(cell_ip "$n")"
+    if [ "$n" -eq 1 ]; then start 1; else start "$n" 1; fi
+    wait_member 1 "$n"
   done
+  wait_cells 1 "$cells"
+  echo "ring of $cells up"
+}
+
+join() {
+  local n=$1 via
+  via=$(any_cell) || {
+    echo "error: no running cell answers; start a ring with deploy/ring.sh up" >&2
+    exit 1
+  }
+  start "$n" "$via"
+  wait_member "$via" "$n"
 }
 
 status() {
-  docker ps --filter "name=${net}-cell" --format '{{.Names}}\t{{.Status}}'
-  if docker run --rm "$image" ctl --help >/dev/null 2>&1; then
-    docker run --rm --network "$net" "$image" ctl status -s "$(cell_ip 1):$port"
+  local via=${1:-}
+  docker ps -a --filter "name=${net}-cell" --format '{{.Names}}\t{{.Status}}' | sort -V
+  if [ -z "$via" ]; then
+    via=$(any_cell) || {
+      echo "no running cell answers"
+      return 0
+    }
   fi
+  echo "ctl status through cell $via:"
+  docker run --rm --network "$net" "$image" ctl status -s "$(cell_ip "$via"):$port"
 }
 
 down() {
@@ -100,9 +109,11 @@ down() {
 case "${1:-}" in
   build) build ;;
   up) up "${2:-3}" ;;
-  status) status ;;
+  join) join "$2" ;;
+  status) status "${2:-}" ;;
   disconnect) docker network disconnect "$net" "$(cell_name "$2")" ;;
   connect) docker network connect --ip "$(cell_ip "$2")" "$net" "$(cell_name "$2")" ;;
+  logs) docker logs "$(cell_name "$2")" ;;
   down) down ;;
-  *) sed -n '2,20p' "$0"; exit 2 ;;
+  *) sed -n '2,22p' "$0"; exit 2 ;;
 esac

@@ -301,6 +301,20 @@ impl RaftGroup {
             .map_err(|e| RaftGroupError::Raft(e.to_string()))
     }
 
+    /// Removes `ids` from the group entirely (they must not be voters any more): a departed
+    /// cell must stop receiving the log, since a new process may later listen at its address.
+    /// Call on the leader.
+    pub async fn remove_members(
+        &self,
+        ids: std::collections::BTreeSet<RaftNodeId>,
+    ) -> Result<(), RaftGroupError> {
+        self.raft
+            .change_membership(openraft::ChangeMembers::RemoveNodes(ids), false)
+            .await
+            .map(|_| ())
+            .map_err(|e| RaftGroupError::Raft(e.to_string()))
+    }
+
     /// The leader's node id, as this replica last heard.
     pub fn leader(&self) -> Option<RaftNodeId> {
         self.raft.metrics().borrow().current_leader

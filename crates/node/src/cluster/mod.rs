@@ -188,19 +188,29 @@ impl Cluster {
         self.raft_ids.lock().get(&id).cloned()
     }
 
-    /// The link to `to`, created on first use from its address in the map.
+    /// The link to `to`, created on first use from its address in the map. None for a cell
+    /// the map no longer has or declared dead: its address may now belong to a new process
+    /// (a restarted cell rejoins as a new cell at the same address), which must never be
+    /// taken for the old one; the fault tests found a consensus leader replicating its log
+    /// to such a process as if it were the departed member, and panicking on its empty log.
     pub fn link(&self, to: &CellId) -> Option<Arc<Link>> {
         let addr = {
             let ring = self.ring.lock();
-            ring.map().cell(to).map(|c| c.address.peer.clone())
+            ring.map()
+                .cell(to)
+                .filter(|c| c.state != CellState::Dead)
+                .map(|c| c.address.peer.clone())
         };
         let mut links = self.links.lock();
+        let Some(addr) = addr else {
+            links.remove(to);
+            return None;
+        };
         if let Some(l) = links.get(to) {
-            if addr.as_ref().is_none_or(|a| *a == l.addr) {
+            if l.addr == addr {
                 return Some(l.clone());
             }
         }
-        let addr = addr?;
         let link = Link::start(
             &self.handle,
             self.me.clone(),
@@ -394,6 +404,8 @@ impl Cluster {
                                 ring.drain_outputs()
                             };
                             cl.process(outputs);
+                        } else {
+                            cl.ask_for_map(sent_at_ms);
                         }
                     });
                 }
@@ -406,6 +418,29 @@ impl Cluster {
                 }
             }
         }
+    }
+
+    /// The consensus group did not confirm our map: it may have moved on without us (this
+    /// cell was paused or cut off and removed meanwhile, and the cells that could tell us no
+    /// longer talk to a cell outside their map). Ask one other cell of our map for its map,
+    /// a different one each round. The fault tests found a resumed cell that never learnt
+    /// it had been removed and kept every client waiting for the full request timeout.
+    fn ask_for_map(self: &Arc<Self>, round: u64) {
+        let others: Vec<CellId> = {
+            let ring = self.ring.lock();
+            ring.map()
+                .cells()
+                .iter()
+                .filter(|c| c.id != self.me && c.state != CellState::Dead)
+                .map(|c| c.id.clone())
+                .collect()
+        };
+        if others.is_empty() {
+            return;
+        }
+        let step = self.config.ring.heartbeat_interval_ms.max(1);
+        let pick = (round / step) as usize % others.len();
+        self.fetch_map_from(others[pick].clone());
     }
 
     /// Fetches `from`'s map and installs it if newer.
@@ -477,8 +512,17 @@ impl Cluster {
         });
     }
 
-    /// A predecessor finished re-sending `range` to this cell.
-    pub fn resync_received(self: &Arc<Self>, from: &CellId, _range: HashRange) {
+    /// A predecessor finished re-sending `range` to this cell, under its map `epoch`. The
+    /// ring learns it only once this cell installed that map too: the fault tests found a
+    /// short re-replication finishing before the map that asked for it was installed here,
+    /// so the ring, which starts waiting for it on that install, waited forever and the
+    /// absorption never completed.
+    pub async fn resync_received(self: &Arc<Self>, from: &CellId, range: HashRange, epoch: u64) {
+        let deadline = Instant::now() + Duration::from_millis(self.config.request_timeout_ms);
+        while self.epoch() < epoch && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tracing::debug!(%from, %range, epoch, "re-replication received");
         let outputs = {
             let mut ring = self.ring.lock();
             ring.resync_received(from);
@@ -523,6 +567,23 @@ impl Cluster {
                             tracing::info!(voters = ?want.voters, "consensus voters changed");
                         }
                         Err(e) => tracing::warn!(error = %e, "changing voters failed"),
+                    }
+                }
+                // Departed cells (kept as learners when they stopped voting) leave the group.
+                let gone: BTreeSet<CellId> = raft
+                    .membership()
+                    .learners
+                    .into_iter()
+                    .filter(|c| !want.learners.contains(c) && !want.voters.contains(c))
+                    .collect();
+                if !gone.is_empty() {
+                    let ids = gone.iter().map(group::raft_id).collect();
+                    match raft.remove_members(ids).await {
+                        Ok(()) => {
+                            changed = true;
+                            tracing::info!(cells = ?gone, "departed cells left the consensus group");
+                        }
+                        Err(e) => tracing::warn!(error = %e, "removing departed cells failed"),
                     }
                 }
                 if !changed {

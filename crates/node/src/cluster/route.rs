@@ -41,6 +41,11 @@ pub const UNAVAILABLE: &[u8] = b"SERVER_ERROR cluster: no master available for t
 pub const UNREPLICATED: &[u8] =
     b"SERVER_ERROR cluster: write not confirmed by its backup (it may or may not be applied)\r\n";
 
+/// The error a client sees from a cell removed from the ring (declared dead while it was
+/// paused or cut off): it serves no key any more, at once rather than after a timeout.
+pub const FENCED: &[u8] =
+    b"SERVER_ERROR cluster: this cell was removed from the ring; use another cell\r\n";
+
 /// How a dispatch was started.
 #[derive(Debug, Clone, Copy)]
 pub struct Ctx {
@@ -66,6 +71,8 @@ pub enum Placement {
     Split(Vec<Option<CellId>>),
     /// `flush_all` from a client: every cell.
     Broadcast,
+    /// This cell was removed from the ring: it serves no key.
+    Fenced,
 }
 
 /// The key hashes of a request, `None` when it has no key.
@@ -113,6 +120,9 @@ pub fn place(cl: &Cluster, req: &Request<'_>, forwarded: bool) -> Placement {
     };
     let now = cl.now_ms();
     let ring = cl.ring.lock();
+    if ring.is_fenced() {
+        return Placement::Fenced;
+    }
     let map = ring.map();
     let me = ring.id();
     if let Request::MetaGet { flags, .. } = req {
@@ -230,6 +240,12 @@ pub fn dispatch(cl: &Arc<Cluster>, bytes: Vec<u8>, ctx: Ctx, done: Done) {
             }
         }
         Placement::Wait => retry_later(cl, bytes, ctx, quiet, done),
+        Placement::Fenced if ctx.forwarded => done(Reply::Refused("removed from the ring".into())),
+        Placement::Fenced => done(Reply::Bytes(if quiet {
+            Vec::new()
+        } else {
+            FENCED.to_vec()
+        })),
         Placement::Remote(owner) if ctx.forwarded => {
             if ctx.from_epoch > cl.epoch() {
                 // The sender knows a newer map: catch up, then decide again.

@@ -181,8 +181,9 @@ fn on_frame(cl: &Arc<Cluster>, from: &CellId, f: OwnedFrame, tx: &Out) {
                         let done = d.range;
                         let from = from.clone();
                         let cl2 = cl.clone();
+                        let epoch = f.epoch;
                         cl.handle
-                            .spawn(async move { cl2.resync_received(&from, done) });
+                            .spawn(async move { cl2.resync_received(&from, done, epoch).await });
                         done
                     }
                     Err(_) => return,
