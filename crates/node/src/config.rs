@@ -85,6 +85,10 @@ pub struct ClusterConfig {
     pub in_flight_per_connection_max: usize,
     /// Timeout of a connection attempt to a peer.
     pub peer_connect_timeout_ms: u64,
+    /// A peer connection whose sent bytes stay unacknowledged this long is closed
+    /// (`TCP_USER_TIMEOUT`), so a peer gone from the network without a reset fails its
+    /// requests in bounded time; replication batches time out after it too.
+    pub peer_io_timeout_ms: u64,
     /// Bytes of replication records per frame (snapshot chunks and live batches).
     pub replication_chunk_bytes: usize,
     /// Unacknowledged replication bytes kept per backup; past it the backup is resynced.
@@ -115,6 +119,7 @@ impl Default for ClusterConfig {
             request_timeout_ms: 3_000,
             in_flight_per_connection_max: 1_024,
             peer_connect_timeout_ms: 1_000,
+            peer_io_timeout_ms: 2_000,
             replication_chunk_bytes: 256 * 1024,
             replication_backlog_bytes_max: 64 << 20,
             handoff_bytes_per_sec: 256 << 20,

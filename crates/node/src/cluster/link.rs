@@ -85,6 +85,7 @@ impl Link {
         wire: WireConfig,
         epoch: Arc<AtomicU64>,
         connect_timeout: Duration,
+        io_timeout: Duration,
     ) -> Arc<Link> {
         let (tx, rx) = mpsc::unbounded_channel();
         let task = Task {
@@ -93,6 +94,7 @@ impl Link {
             wire,
             epoch,
             connect_timeout,
+            io_timeout,
             next_id: 1,
         };
         rt.spawn(task.run(rx));
@@ -162,6 +164,7 @@ struct Task {
     wire: WireConfig,
     epoch: Arc<AtomicU64>,
     connect_timeout: Duration,
+    io_timeout: Duration,
     next_id: u64,
 }
 
@@ -199,6 +202,16 @@ impl Task {
             };
             failed_at = None;
             let _ = stream.set_nodelay(true);
+            // A peer that vanished without a reset: the kernel fails the connection once
+            // sent data stays unacknowledged this long, and the pending requests with it.
+            let sock = socket2::SockRef::from(&stream);
+            let _ = sock.set_tcp_user_timeout(Some(self.io_timeout));
+            let _ = sock.set_keepalive(true);
+            let keepalive = socket2::TcpKeepalive::new()
+                .with_time(self.io_timeout)
+                .with_interval(self.io_timeout / 4)
+                .with_retries(4);
+            let _ = sock.set_tcp_keepalive(&keepalive);
             self.serve(stream, first, &mut rx).await;
         }
     }

@@ -219,6 +219,7 @@ impl Cluster {
             self.config.wire,
             self.epoch.clone(),
             Duration::from_millis(self.config.peer_connect_timeout_ms),
+            Duration::from_millis(self.config.peer_io_timeout_ms),
         );
         links.insert(to.clone(), link.clone());
         Some(link)
