@@ -77,6 +77,7 @@ pub struct Link {
 impl Link {
     /// Starts the connection task for `to` at `addr` on `rt`. Frames carry the epoch read
     /// from `epoch` when they are written.
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         rt: &tokio::runtime::Handle,
         me: CellId,
