@@ -338,6 +338,47 @@ fn notify_from_another_thread_delivers_deferred_output(kind: IoEngineKind) {
     run.stop();
 }
 
+/// A client that sends its last requests and its FIN together (`shutdown(Write)` right
+/// after the write) gets every answer and then EOF. The epoll engine stops reading at a
+/// short read; this fails (the read times out) if the FIN that arrived with the data were
+/// never read. Once on a fresh connection, once after a round trip.
+fn requests_sent_with_the_fin_are_answered_then_closed(kind: IoEngineKind) {
+    let run = start(
+        kind,
+        EngineConfig {
+            threads: 1,
+            ..Default::default()
+        },
+    );
+    for round_trip_first in [false, true] {
+        let mut s = connect(run.engine.local_addr);
+        if round_trip_first {
+            s.write_all(b"hi\n").unwrap();
+            let mut hi = [0u8; 3];
+            s.read_exact(&mut hi).unwrap();
+            assert_eq!(&hi, b"HI\n");
+        }
+        s.write_all(b"one\ntwo\n").unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut rest = Vec::new();
+        s.read_to_end(&mut rest)
+            .expect("the engine answers and closes after the client's FIN");
+        assert_eq!(rest, b"ONE\nTWO\n");
+    }
+    for _ in 0..1000 {
+        if run.closed.load(Ordering::Relaxed) == 2 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        run.closed.load(Ordering::Relaxed),
+        2,
+        "both sessions closed"
+    );
+    run.stop();
+}
+
 /// A client that vanishes while the engine still has replies to write: the engine
 /// notices, closes the connection exactly once and frees it (for `uring`: cancels the
 /// in-flight send and waits for it before freeing the buffer the kernel reads).
@@ -477,6 +518,7 @@ macro_rules! every_engine {
                 graceful_shutdown_answers_what_was_received_then_closes,
                 notify_from_another_thread_delivers_deferred_output,
                 client_vanishing_with_replies_pending_is_closed_once,
+                requests_sent_with_the_fin_are_answered_then_closed,
                 many_pipelining_connections_get_every_answer_in_order,
                 tiny_buffers_still_answer_everything_in_order,
             ]);

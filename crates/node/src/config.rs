@@ -85,10 +85,11 @@ pub struct ClusterConfig {
     pub in_flight_per_connection_max: usize,
     /// Timeout of a connection attempt to a peer.
     pub peer_connect_timeout_ms: u64,
-    /// A peer connection whose sent bytes stay unacknowledged this long is closed
-    /// (`TCP_USER_TIMEOUT`), so a peer gone from the network without a reset fails its
-    /// requests in bounded time; replication batches time out after it too.
-    pub peer_io_timeout_ms: u64,
+    /// A request to a peer unanswered this long means the peer is gone without closing the
+    /// connection (paused, partitioned): the connection is dropped and its waiting requests
+    /// re-routed. Above `request_timeout_ms`, since a master may hold a reply that long
+    /// while its backups acknowledge.
+    pub peer_reply_timeout_ms: u64,
     /// Bytes of replication records per frame (snapshot chunks and live batches).
     pub replication_chunk_bytes: usize,
     /// Unacknowledged replication bytes kept per backup; past it the backup is resynced.
@@ -119,7 +120,7 @@ impl Default for ClusterConfig {
             request_timeout_ms: 3_000,
             in_flight_per_connection_max: 1_024,
             peer_connect_timeout_ms: 1_000,
-            peer_io_timeout_ms: 2_000,
+            peer_reply_timeout_ms: 6_000,
             replication_chunk_bytes: 256 * 1024,
             replication_backlog_bytes_max: 64 << 20,
             handoff_bytes_per_sec: 256 << 20,
@@ -303,6 +304,13 @@ impl NodeConfig {
                 "cluster.wire.frame_payload_bytes_max ({}) must hold the largest item \
                  (store.item_size_max_bytes {} + key + 64 bytes of record header)",
                 c.wire.frame_payload_bytes_max, self.store.item_size_max_bytes
+            )));
+        }
+        if c.peer_reply_timeout_ms <= c.request_timeout_ms {
+            return Err(ConfigError::Invalid(format!(
+                "cluster.peer_reply_timeout_ms ({}) must exceed cluster.request_timeout_ms ({}): \
+                 a master may hold a reply that long while its backups acknowledge",
+                c.peer_reply_timeout_ms, c.request_timeout_ms
             )));
         }
         if c.voters_max == 0 || c.in_flight_per_connection_max == 0 {

@@ -8,7 +8,10 @@
 //! batching whatever is queued into one write. If the connection fails, every request still
 //! waiting gets [`LinkError::Lost`] and the next submission reconnects; while the peer is
 //! unreachable, submissions fail fast for `RECONNECT_BACKOFF` instead of each paying a
-//! connect timeout.
+//! connect timeout. A peer that stops answering without closing the connection (paused,
+//! or cut off by a partition: no FIN, no RST) is noticed by its overdue replies: when a
+//! request has waited `reply_timeout`, the connection is dropped and every request still
+//! waiting fails, so callers re-route instead of waiting for TCP to give up.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -52,6 +55,8 @@ pub enum LinkError {
     Unreachable(String, String),
     #[error("connection to peer lost")]
     Lost,
+    #[error("peer {0} sent no reply within {1:?}: connection dropped")]
+    Silent(String, Duration),
     #[error("frame refused by the codec: {0}")]
     Encode(String),
 }
@@ -67,6 +72,13 @@ struct Outgoing {
     reply: Option<Reply>,
 }
 
+/// How long a link waits for a connection, and for a reply before it gives the peer up.
+#[derive(Debug, Clone, Copy)]
+pub struct LinkTimeouts {
+    pub connect: Duration,
+    pub reply: Duration,
+}
+
 /// The sending half of one peer connection; see the module docs.
 pub struct Link {
     pub to: CellId,
@@ -77,7 +89,6 @@ pub struct Link {
 impl Link {
     /// Starts the connection task for `to` at `addr` on `rt`. Frames carry the epoch read
     /// from `epoch` when they are written.
-    #[allow(clippy::too_many_arguments)]
     pub fn start(
         rt: &tokio::runtime::Handle,
         me: CellId,
@@ -85,8 +96,7 @@ impl Link {
         addr: String,
         wire: WireConfig,
         epoch: Arc<AtomicU64>,
-        connect_timeout: Duration,
-        io_timeout: Duration,
+        timeouts: LinkTimeouts,
     ) -> Arc<Link> {
         let (tx, rx) = mpsc::unbounded_channel();
         let task = Task {
@@ -94,8 +104,8 @@ impl Link {
             addr: addr.clone(),
             wire,
             epoch,
-            connect_timeout,
-            io_timeout,
+            connect_timeout: timeouts.connect,
+            reply_timeout: timeouts.reply,
             next_id: 1,
         };
         rt.spawn(task.run(rx));
@@ -157,7 +167,8 @@ impl Link {
     }
 }
 
-type Pending = Arc<Mutex<HashMap<u64, Reply>>>;
+/// Requests waiting for their reply, by request id, with the time they were queued.
+type Pending = Arc<Mutex<HashMap<u64, (Instant, Reply)>>>;
 
 struct Task {
     me: CellId,
@@ -165,7 +176,7 @@ struct Task {
     wire: WireConfig,
     epoch: Arc<AtomicU64>,
     connect_timeout: Duration,
-    io_timeout: Duration,
+    reply_timeout: Duration,
     next_id: u64,
 }
 
@@ -203,16 +214,6 @@ impl Task {
             };
             failed_at = None;
             let _ = stream.set_nodelay(true);
-            // A peer that vanished without a reset: the kernel fails the connection once
-            // sent data stays unacknowledged this long, and the pending requests with it.
-            let sock = socket2::SockRef::from(&stream);
-            let _ = sock.set_tcp_user_timeout(Some(self.io_timeout));
-            let _ = sock.set_keepalive(true);
-            let keepalive = socket2::TcpKeepalive::new()
-                .with_time(self.io_timeout)
-                .with_interval(self.io_timeout / 4)
-                .with_retries(4);
-            let _ = sock.set_tcp_keepalive(&keepalive);
             self.serve(stream, first, &mut rx).await;
         }
     }
@@ -245,7 +246,7 @@ impl Task {
                         Ok(Decoded::Complete { frame, consumed }) => {
                             at += consumed;
                             let reply = reader_pending.lock().remove(&frame.request_id);
-                            if let Some(reply) = reply {
+                            if let Some((_, reply)) = reply {
                                 reply(Ok(OwnedFrame::from_frame(&frame)));
                             }
                         }
@@ -264,6 +265,10 @@ impl Task {
         let epoch = self.epoch.load(Ordering::Acquire);
         let _ = wire::encode(&self.wire, FrameKind::Hello, epoch, 0, &hello, &mut out);
         self.push(first, &mut out, &pending);
+        // Checking a few times per timeout bounds how late an overdue reply is noticed.
+        let mut overdue_check = tokio::time::interval(self.reply_timeout / 4);
+        overdue_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failure = LinkError::Lost;
         loop {
             while out.len() < 256 * 1024 {
                 match rx.try_recv() {
@@ -283,11 +288,23 @@ impl Task {
                     None => break,
                 },
                 _ = &mut closed_rx => break,
+                _ = overdue_check.tick() => {
+                    let oldest = pending.lock().values().map(|(at, _)| *at).min();
+                    if oldest.is_some_and(|at| at.elapsed() >= self.reply_timeout) {
+                        tracing::warn!(
+                            peer = %self.addr,
+                            timeout_ms = self.reply_timeout.as_millis() as u64,
+                            "peer left a request unanswered: dropping the link"
+                        );
+                        failure = LinkError::Silent(self.addr.clone(), self.reply_timeout);
+                        break;
+                    }
+                }
             }
         }
-        let waiting: Vec<Reply> = pending.lock().drain().map(|(_, r)| r).collect();
+        let waiting: Vec<Reply> = pending.lock().drain().map(|(_, (_, r))| r).collect();
         for r in waiting {
-            r(Err(LinkError::Lost));
+            r(Err(failure.clone()));
         }
     }
 
@@ -304,7 +321,7 @@ impl Task {
         match wire::encode(&self.wire, o.kind, epoch, id, &o.payload, out) {
             Ok(()) => {
                 if let Some(r) = o.reply {
-                    pending.lock().insert(id, r);
+                    pending.lock().insert(id, (Instant::now(), r));
                 }
             }
             Err(e) => {
@@ -319,5 +336,76 @@ impl Task {
 fn fail(o: Outgoing, e: LinkError) {
     if let Some(r) = o.reply {
         r(Err(e));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A peer that accepts, reads everything and never answers (a paused or cut-off cell
+    /// whose kernel still holds the connection): the request must fail once it is overdue,
+    /// not wait for TCP to give up.
+    #[test]
+    fn a_silent_peer_fails_its_requests_after_the_reply_timeout() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let listener = rt
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        rt.spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+                tokio::spawn(async move {
+                    let mut sink = vec![0u8; 4096];
+                    while let Ok(n) = stream.read(&mut sink).await {
+                        if n == 0 {
+                            break;
+                        }
+                    }
+                    let _ = tx.send(());
+                });
+                held.push(rx);
+            }
+        });
+        let link = Link::start(
+            rt.handle(),
+            CellId::whole(1),
+            CellId::whole(2),
+            addr,
+            WireConfig::default(),
+            Arc::new(AtomicU64::new(1)),
+            LinkTimeouts {
+                connect: Duration::from_secs(5),
+                reply: Duration::from_millis(200),
+            },
+        );
+        let outcome = rt.block_on(async {
+            tokio::time::timeout(
+                Duration::from_secs(30),
+                link.call(FrameKind::ForwardRequest, b"get k\r\n".to_vec()),
+            )
+            .await
+        });
+        match outcome {
+            Ok(Err(LinkError::Silent(_, waited))) => {
+                assert_eq!(waited, Duration::from_millis(200))
+            }
+            other => panic!("expected the silent-peer failure, got {other:?}"),
+        }
+        // The next request opens a new connection (and fails the same way): the link recovers.
+        let again = rt.block_on(async {
+            tokio::time::timeout(
+                Duration::from_secs(30),
+                link.call(FrameKind::ForwardRequest, b"get k\r\n".to_vec()),
+            )
+            .await
+        });
+        assert!(matches!(again, Ok(Err(LinkError::Silent(..)))), "{again:?}");
     }
 }

@@ -218,8 +218,10 @@ impl Cluster {
             addr,
             self.config.wire,
             self.epoch.clone(),
-            Duration::from_millis(self.config.peer_connect_timeout_ms),
-            Duration::from_millis(self.config.peer_io_timeout_ms),
+            link::LinkTimeouts {
+                connect: Duration::from_millis(self.config.peer_connect_timeout_ms),
+                reply: Duration::from_millis(self.config.peer_reply_timeout_ms),
+            },
         );
         links.insert(to.clone(), link.clone());
         Some(link)

@@ -127,7 +127,7 @@ pub struct ReplPolicy {
     pub chunk_bytes: usize,
     pub backlog_bytes_max: usize,
     pub stream_bytes_per_sec: u64,
-    /// A batch not acknowledged within this is sent again.
+    /// A batch not acknowledged within this is sent again (`peer_reply_timeout_ms`).
     pub io_timeout: Duration,
 }
 
