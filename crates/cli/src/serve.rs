@@ -11,7 +11,8 @@ pub struct ServeArgs {
     /// TOML configuration file (see cellcache.example.toml).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Address to listen on.
+    /// Address to listen on (a ring member advertises it to the others: not 0.0.0.0 unless
+    /// cluster.advertise_host is set).
     #[arg(short = 'l', long, value_name = "ADDR")]
     pub listen: Option<IpAddr>,
     /// TCP port for memcached clients (0 = any free port).

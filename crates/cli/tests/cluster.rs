@@ -546,3 +546,62 @@ fn a_killed_cell_is_absorbed_without_losing_keys() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
+
+/// A request forwarded to a master that never answers (SIGSTOP: its kernel still
+/// acknowledges the bytes, so the connection does not fail) is given up on with the
+/// retryable error after the deadline plus one more timeout, and the client's next request
+/// reaches the cell that took the range over.
+#[test]
+fn a_silent_master_does_not_hold_a_forwarded_request_forever() {
+    if common::is_memcached() {
+        return;
+    }
+    let ring = Ring::start(3, &["-m", "32"]);
+    let key = (0..)
+        .map(|i| format!("s{i}"))
+        .find(|k| ring.master_of(k) == 2)
+        .unwrap();
+    let mut c = ring.cells[0].connect();
+    c.roundtrip(
+        format!("set {key} 0 0 1\r\nv\r\n").as_bytes(),
+        b"STORED\r\n",
+    );
+    let pid = ring.cells[2].pid().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let started = std::time::Instant::now();
+    c.send(format!("get {key}\r\n").as_bytes());
+    let first = c.line();
+    let waited = started.elapsed();
+    eprintln!("first reply {first:?} after {waited:?}");
+    // Either the watchdog answered, or the request was re-routed after the map changed.
+    assert!(
+        first.starts_with("SERVER_ERROR cluster: no master available")
+            || first.starts_with("VALUE"),
+        "{first} after {waited:?}"
+    );
+    if first.starts_with("VALUE") {
+        assert_eq!(c.line(), "v");
+        assert_eq!(c.line(), "END");
+    }
+    // The range moves to the stopped cell's successor; the key is served again.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let mut c = ring.cells[1].connect();
+        if get(&mut c, &key).as_deref() == Some("v") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the key is served again"
+        );
+    }
+    let _ = std::process::Command::new("kill")
+        .args(["-CONT", &pid])
+        .status();
+}

@@ -61,6 +61,10 @@ pub struct ClusterConfig {
     /// TCP port for inter-cell traffic. 0: the client port + 10000 when that is a valid
     /// port and free, otherwise any free port.
     pub peer_port: u16,
+    /// Host (IP or name) other cells and clients reach this cell at, put in the map with
+    /// the client and peer ports; empty: the listen address (which must then not be
+    /// unspecified, e.g. 0.0.0.0).
+    pub advertise_host: String,
     /// Address (`host:port`, a cell's client port) of any cell of the ring to join; empty
     /// bootstraps a new ring of one (`serve --join`).
     pub join: String,
@@ -107,6 +111,7 @@ impl Default for ClusterConfig {
         Self {
             enabled: true,
             peer_port: 0,
+            advertise_host: String::new(),
             join: String::new(),
             standby: false,
             replication_factor: 2,
@@ -276,6 +281,12 @@ impl NodeConfig {
             return Err(ConfigError::Invalid(format!(
                 "cluster.replication_factor ({}) must be 1..=5",
                 c.replication_factor
+            )));
+        }
+        if c.enabled && c.advertise_host.is_empty() && self.server.listen.is_unspecified() {
+            return Err(ConfigError::Invalid(format!(
+                "server.listen {} cannot be advertised to other cells: set cluster.advertise_host",
+                self.server.listen
             )));
         }
         let r = &c.ring;

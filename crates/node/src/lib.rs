@@ -40,6 +40,7 @@ impl Node {
             chunk_bytes: c.replication_chunk_bytes,
             backlog_bytes_max: c.replication_backlog_bytes_max,
             stream_bytes_per_sec: c.handoff_bytes_per_sec,
+            io_timeout: std::time::Duration::from_millis(c.peer_reply_timeout_ms),
         });
         let store = if config.cluster.enabled {
             // The cell's address goes into the map before the engine binds it: resolve

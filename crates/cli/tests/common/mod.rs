@@ -129,6 +129,11 @@ impl Server {
         }
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGKILL, no goodbye (the process is reaped when the `Server` drops).
     pub fn kill9(&mut self) {
         let _ = self.child.kill();

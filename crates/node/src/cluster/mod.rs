@@ -101,9 +101,18 @@ impl Cluster {
         let client = cell.config.server.addr();
         let peer_listener = bind_peer(client, config.peer_port)?;
         let peer = peer_listener.local_addr()?;
+        let host = if config.advertise_host.is_empty() {
+            client.ip().to_string()
+        } else {
+            config.advertise_host.clone()
+        };
+        let join_host = |port: u16| match host.parse::<std::net::IpAddr>() {
+            Ok(ip) => SocketAddr::new(ip, port).to_string(),
+            Err(_) => format!("{host}:{port}"),
+        };
         let address = CellAddress {
-            client: client.to_string(),
-            peer: peer.to_string(),
+            client: join_host(client.port()),
+            peer: join_host(peer.port()),
         };
         tracing::info!(client = %address.client, peer = %address.peer, "peer listener bound");
         let (me, map, bootstrap) = if join.is_empty() {
@@ -459,38 +468,15 @@ impl Cluster {
     /// what its parent streams).
     fn trim(&self, master: Option<HashRange>, backups: Vec<HashRange>) {
         let Some(master) = master else { return };
-        let mut keep: Vec<(u64, u64)> = Vec::new();
-        for r in std::iter::once(master).chain(backups) {
-            if r.start <= r.end {
-                keep.push((r.start, r.end));
-            } else {
-                keep.push((r.start, u64::MAX));
-                keep.push((0, r.end));
-            }
-        }
-        keep.sort_unstable();
-        let mut dropped = 0;
-        let mut next: u64 = 0;
-        let mut covered_to_end = false;
-        for (s, e) in keep {
-            if s > next {
-                dropped += self
-                    .cell
+        let keep: Vec<HashRange> = std::iter::once(master).chain(backups).collect();
+        let dropped: usize = gaps(&keep)
+            .into_iter()
+            .map(|g| {
+                self.cell
                     .store
-                    .drop_range(cellcache_store::HashRange::new(next, s - 1));
-            }
-            if e == u64::MAX {
-                covered_to_end = true;
-                break;
-            }
-            next = next.max(e + 1);
-        }
-        if !covered_to_end {
-            dropped += self
-                .cell
-                .store
-                .drop_range(cellcache_store::HashRange::new(next, u64::MAX));
-        }
+                    .drop_range(cellcache_store::HashRange::new(g.start, g.end))
+            })
+            .sum();
         if dropped > 0 {
             tracing::info!(dropped, "items outside this cell's ranges dropped");
         }
@@ -690,6 +676,33 @@ impl Cluster {
     }
 }
 
+/// The parts of the hash ring that none of `keep` covers, as non-wrapping ranges.
+fn gaps(keep: &[HashRange]) -> Vec<HashRange> {
+    let mut spans: Vec<(u64, u64)> = Vec::new();
+    for r in keep {
+        if r.start <= r.end {
+            spans.push((r.start, r.end));
+        } else {
+            spans.push((r.start, u64::MAX));
+            spans.push((0, r.end));
+        }
+    }
+    spans.sort_unstable();
+    let mut out = Vec::new();
+    let mut next: u64 = 0;
+    for (s, e) in spans {
+        if s > next {
+            out.push(HashRange::new(next, s - 1));
+        }
+        if e == u64::MAX {
+            return out;
+        }
+        next = next.max(e + 1);
+    }
+    out.push(HashRange::new(next, u64::MAX));
+    out
+}
+
 /// Binds the peer listener: `port`, or client port + 10000, or any free port.
 fn bind_peer(client: SocketAddr, port: u16) -> anyhow::Result<std::net::TcpListener> {
     let bind = |p: u16| {
@@ -759,4 +772,28 @@ fn try_join(
         &body[..len],
         cellcache_cluster::map::MAP_BYTES_MAX_DEFAULT,
     )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(a: u64, b: u64) -> HashRange {
+        HashRange::new(a, b)
+    }
+
+    #[test]
+    fn gaps_are_the_complement() {
+        assert_eq!(gaps(&[HashRange::FULL]), vec![]);
+        assert_eq!(gaps(&[r(0, 9)]), vec![r(10, u64::MAX)]);
+        assert_eq!(
+            gaps(&[r(10, 19), r(30, 39)]),
+            vec![r(0, 9), r(20, 29), r(40, u64::MAX)]
+        );
+        // Adjacent and overlapping ranges leave no gap between them.
+        assert_eq!(gaps(&[r(0, 9), r(10, 19), r(5, 25)]), vec![r(26, u64::MAX)]);
+        // A wrapping range covers both ends.
+        assert_eq!(gaps(&[r(u64::MAX - 9, 9)]), vec![r(10, u64::MAX - 10)]);
+        assert_eq!(gaps(&[r(u64::MAX - 9, 9), r(10, u64::MAX - 10)]), vec![]);
+    }
 }

@@ -127,6 +127,8 @@ pub struct ReplPolicy {
     pub chunk_bytes: usize,
     pub backlog_bytes_max: usize,
     pub stream_bytes_per_sec: u64,
+    /// A batch not acknowledged within this is sent again (`peer_reply_timeout_ms`).
+    pub io_timeout: Duration,
 }
 
 struct Layout {
@@ -378,7 +380,12 @@ impl Replicator {
                 continue;
             };
             let records = payload.len();
-            match link.call_at(kind, Some(batch_epoch), payload).await {
+            let call = link.call_at(kind, Some(batch_epoch), payload);
+            let io_timeout = self.policy().io_timeout;
+            let reply = tokio::time::timeout(io_timeout, call)
+                .await
+                .unwrap_or(Err(LinkError::Lost));
+            match reply {
                 Ok(f) if f.kind == FrameKind::ReplicateAck => {
                     let acked = RangeSeq::decode(&f.payload).map_or(last, |a| a.seq.min(last));
                     self.bytes_sent.fetch_add(records as u64, Ordering::Relaxed);

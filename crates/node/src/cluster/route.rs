@@ -282,6 +282,34 @@ fn forward(cl: &Arc<Cluster>, owner: CellId, bytes: Vec<u8>, ctx: Ctx, quiet: bo
     cl.stats
         .forwarded
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    // A master that never answers (paused, or gone from the network without a reset) must
+    // not hold the client forever: past the deadline plus one more timeout, give up with
+    // the retryable error. Whichever of the reply and the watchdog comes first answers.
+    let done = Arc::new(parking_lot::Mutex::new(Some(done)));
+    let watchdog = done.clone();
+    let give_up =
+        ctx.deadline.max(Instant::now()) + Duration::from_millis(cl.config.request_timeout_ms);
+    let cl3 = cl.clone();
+    cl.handle.spawn(async move {
+        tokio::time::sleep_until(give_up.into()).await;
+        let expired = watchdog.lock().take();
+        if let Some(d) = expired {
+            cl3.stats
+                .unavailable
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            d(Reply::Bytes(if quiet {
+                Vec::new()
+            } else {
+                UNAVAILABLE.to_vec()
+            }));
+        }
+    });
+    let done: Done = Box::new(move |r| {
+        let first = done.lock().take();
+        if let Some(d) = first {
+            d(r);
+        }
+    });
     let cl2 = cl.clone();
     let resend = bytes.clone();
     link.request(

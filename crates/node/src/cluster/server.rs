@@ -1,8 +1,8 @@
 //! The peer listener: inbound connections from other cells.
 //!
-//! Each connection starts with the sender's `Hello` (a fenced sender is refused and
-//! disconnected). Frames are then handled in arrival order on the connection's reader:
-//! forwarded requests execute inline (so one sender's pipeline executes in order; only a
+//! Each connection starts with the sender's `Hello`. A fenced sender (removed from the
+//! ring) gets only the map, so it learns it was removed; its other requests are refused.
+//! Frames are then handled in arrival order on the connection's reader: forwarded requests execute inline (so one sender's pipeline executes in order; only a
 //! write's wait for its backups, and retries, continue asynchronously), replication records
 //! are applied inline (the stream's order is the master's), ring messages step the ring;
 //! consensus traffic runs as tasks. Replies go through the connection's writer task, tagged
@@ -65,6 +65,7 @@ async fn connection(cl: Arc<Cluster>, stream: TcpStream) {
         }
     });
     let mut from: Option<CellId> = None;
+    let mut fenced = false;
     let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
     let mut chunk = vec![0u8; 64 * 1024];
     'read: loop {
@@ -86,11 +87,23 @@ async fn connection(cl: Arc<Cluster>, stream: TcpStream) {
                                 .then(|| payload::decode_hello(&frame.payload).ok())
                                 .flatten();
                             let Some(id) = hello else { break 'read };
-                            if cl.ring.lock().map().is_fenced(&id) {
-                                let _ = tx.send((FrameKind::Refused, 0, b"fenced".to_vec()));
-                                break 'read;
-                            }
+                            fenced = cl.ring.lock().map().is_fenced(&id);
                             from = Some(id);
+                        }
+                        // A removed cell may only learn that it was removed: it gets the
+                        // map (in which it is fenced), and every other request is refused.
+                        Some(_) if fenced => {
+                            let (kind, payload) = if frame.kind == FrameKind::MapRequest {
+                                (FrameKind::MapUpdate, cl.ring.lock().map().encode())
+                            } else {
+                                (
+                                    FrameKind::Refused,
+                                    b"fenced: removed from the ring".to_vec(),
+                                )
+                            };
+                            if frame.request_id != 0 {
+                                let _ = tx.send((kind, frame.request_id, payload));
+                            }
                         }
                         Some(sender) => on_frame(&cl, sender, frame, &tx),
                     }
