@@ -178,12 +178,29 @@ fn spec(name: &str, peer_port: u16, join: Option<SocketAddr>) -> ServerSpec {
 impl Ring {
     /// Three cells on loopback: the first bootstraps, the others join through it.
     fn start(name: &str) -> Ring {
-        Self::start_in(name, None)
+        Self::start_in(name, None, &[])
+    }
+
+    /// A new cell joining through cell 0: a division of the cell with the largest range.
+    /// Returns once the division has begun (the joining cell got its map).
+    fn join_new_cell(&mut self, name: &str, env: &[(&str, &str)]) -> usize {
+        let peer = free_port().expect("free port");
+        let mut spec = spec(name, peer, Some(self.cells[0].addr()));
+        for (k, v) in env {
+            spec = spec.env(*k, *v);
+        }
+        self.cells
+            .push(Server::start(spec).expect("joining cell starts"));
+        self.cells.len() - 1
     }
 
     /// Three cells, in nodes 0..3 of `netns` when given (the test's own requests go from
     /// the node named with it).
-    fn start_in(name: &str, netns: Option<(std::sync::Arc<Netns>, usize)>) -> Ring {
+    fn start_in(
+        name: &str,
+        netns: Option<(std::sync::Arc<Netns>, usize)>,
+        env: &[(&str, &str)],
+    ) -> Ring {
         let mut ring = Ring {
             cells: Vec::new(),
             down: Vec::new(),
@@ -193,6 +210,9 @@ impl Ring {
             let join = ring.cells.first().map(Server::addr);
             let peer = free_port().expect("free port");
             let mut spec = spec(&format!("{name}-{i}"), peer, join);
+            for (k, v) in env {
+                spec = spec.env(*k, *v);
+            }
             if let Some((ns, _)) = &ring.netns {
                 spec = ns.place(i, spec);
             }
@@ -227,12 +247,18 @@ impl Ring {
 
     /// Waits until every live cell reports `n` cells, all Active, no migration, one epoch.
     fn wait_stable(&self, n: usize, what: &str) -> Status {
+        self.wait_settled(&self.live(), Some(n), what)
+    }
+
+    /// Waits until cells `among` report one epoch, no migration, every cell Active (and `n`
+    /// cells, if given).
+    fn wait_settled(&self, among: &[usize], n: Option<usize>, what: &str) -> Status {
         let deadline = Instant::now() + SETTLE;
         loop {
-            let views: Vec<Option<Status>> = self.live().iter().map(|&i| self.status(i)).collect();
+            let views: Vec<Option<Status>> = among.iter().map(|&i| self.status(i)).collect();
             let ok = views.iter().all(|v| {
                 v.as_ref().is_some_and(|v| {
-                    v.cells.len() == n
+                    n.is_none_or(|n| v.cells.len() == n)
                         && v.cells.iter().all(|c| c.state == "active")
                         && v.migrations == 0
                         && v.leader != "-"
@@ -244,7 +270,7 @@ impl Ring {
             }
             assert!(
                 Instant::now() < deadline,
-                "ring did not settle ({what}) to {n} active cells: {views:#?}"
+                "ring did not settle ({what}) to {n:?} active cells: {views:#?}"
             );
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -539,7 +565,7 @@ fn wait_fenced(ring: &Ring, i: usize) {
 #[test]
 fn a_cell_cut_from_its_peers_stops_acknowledging_and_heals() {
     let Some(ns) = namespaces(4) else { return };
-    let mut ring = Ring::start_in("isolate", Some((ns.clone(), 3)));
+    let mut ring = Ring::start_in("isolate", Some((ns.clone(), 3)), &[]);
     write_pre_keys(&ring);
     let load = workloads(&ring, 41);
     load_flows(&load, 300);
@@ -576,7 +602,7 @@ fn a_cell_cut_from_its_peers_stops_acknowledging_and_heals() {
 #[test]
 fn a_minority_partition_loses_no_acknowledged_write() {
     let Some(ns) = namespaces(5) else { return };
-    let mut ring = Ring::start_in("minority", Some((ns.clone(), 3)));
+    let mut ring = Ring::start_in("minority", Some((ns.clone(), 3)), &[]);
     write_pre_keys(&ring);
     let majority = workloads(&ring, 51);
     let minority = workloads_from(&ring, 61, Some(ns.name(4).to_string()));
@@ -599,4 +625,107 @@ fn a_minority_partition_loses_no_acknowledged_write() {
     finish(majority, "minority-majority-side");
     finish(minority, "minority-minority-side");
     check_pre_keys(&ring);
+}
+
+/// Writes `count` keys of `bytes` bytes through `addr` (pipelined), each acknowledged:
+/// ballast that makes a hand-off take a while.
+fn write_ballast(addr: SocketAddr, count: usize, bytes: usize) {
+    let mut s = connect(addr).expect("connect");
+    let mut r = BufReader::new(s.try_clone().expect("clone"));
+    let value = "b".repeat(bytes);
+    for batch in (0..count).collect::<Vec<_>>().chunks(100) {
+        let mut req = String::new();
+        for k in batch {
+            req.push_str(&format!("set ballast{k} 0 0 {bytes}\r\n{value}\r\n"));
+        }
+        s.write_all(req.as_bytes()).expect("write ballast");
+        for k in batch {
+            let mut line = String::new();
+            r.read_line(&mut line).expect("ballast reply");
+            assert_eq!(line, "STORED\r\n", "ballast{k}");
+        }
+    }
+}
+
+/// Which cell of a division the nemesis kills.
+#[derive(Clone, Copy, Debug)]
+enum DivisionRole {
+    Parent,
+    Child,
+    /// The parent's successor, whose backup range the division shrinks.
+    Successor,
+}
+
+/// A fourth cell joins (a division of the largest range, streamed slowly), and one of the
+/// three cells involved is killed while the division is in flight. The ring must settle
+/// with no migration (the division completed or aborted), every cell left out of the
+/// settled map (a child whose division was aborted) is restarted and rejoins as new, and
+/// nothing acknowledged is lost.
+fn crash_during_division(name: &str, role: DivisionRole) {
+    // ~300 KB/s: the hand-off of ~1.5 MB takes seconds; killing takes milliseconds.
+    let env = [("CELLCACHE_CLUSTER__HANDOFF_BYTES_PER_SEC", "300000")];
+    let mut ring = Ring::start_in(name, None, &env);
+    write_pre_keys(&ring);
+    write_ballast(ring.cells[0].addr(), 1500, 2000);
+    let load = workloads(&ring, 71);
+    load_flows(&load, 300);
+    let child = ring.join_new_cell(&format!("{name}-3"), &env);
+    let st = ring.status(child).expect("status of the joining cell");
+    let division = lines(ring.cells[child].addr(), "cluster status\r\n")
+        .expect("status")
+        .into_iter()
+        .find(|l| l.starts_with("MIGRATION division"))
+        .unwrap_or_else(|| panic!("the division is in flight: {st:?}"));
+    let field = |name: &str| {
+        division
+            .split(' ')
+            .find_map(|w| w.strip_prefix(name))
+            .expect("division fields")
+            .to_string()
+    };
+    let parent = ring.index_of(&st, &field("parent="));
+    assert_eq!(ring.index_of(&st, &field("child=")), child);
+    // The parent's successor: the next active cell by id order, wrapping.
+    let active: Vec<&CellView> = st.cells.iter().filter(|c| c.state == "active").collect();
+    let at = active
+        .iter()
+        .position(|c| c.id == field("parent="))
+        .expect("parent is active");
+    let successor = ring.index_of(&st, &active[(at + 1) % active.len()].id);
+    let victim = match role {
+        DivisionRole::Parent => parent,
+        DivisionRole::Child => child,
+        DivisionRole::Successor => successor,
+    };
+    ring.kill(victim);
+    // The original cells that survive settle the ring between them.
+    let observers: Vec<usize> = (0..3).filter(|&i| i != victim).collect();
+    let settled = ring.wait_settled(&observers, None, "after the crash during the division");
+    load_flows(&load, 200);
+    // A child whose division was aborted is out of the map: fenced; it rejoins as new.
+    if victim != child && !ids(&settled).contains(&st.me) {
+        wait_fenced(&ring, child);
+        let new = ring.restart(child);
+        assert_ne!(new, st.me, "the aborted child rejoins with a new id");
+    }
+    let n = ring.live().len();
+    ring.wait_stable(n, "after the division's end");
+    load_flows(&load, 300);
+    finish(load, name);
+    check_pre_keys(&ring);
+}
+
+#[test]
+fn crash_of_the_parent_during_a_division() {
+    crash_during_division("div-parent", DivisionRole::Parent);
+}
+
+#[test]
+fn crash_of_the_child_during_a_division() {
+    crash_during_division("div-child", DivisionRole::Child);
+}
+
+#[test]
+fn crash_of_the_successor_during_a_division() {
+    crash_during_division("div-successor", DivisionRole::Successor);
 }
