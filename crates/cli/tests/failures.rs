@@ -181,17 +181,30 @@ impl Ring {
         Self::start_in(name, None, &[])
     }
 
-    /// A new cell joining through cell 0: a division of the cell with the largest range.
-    /// Returns once the division has begun (the joining cell got its map).
-    fn join_new_cell(&mut self, name: &str, env: &[(&str, &str)]) -> usize {
+    /// A division as `cellcache ctl split PARENT --new NEW` does it: a new cell started with
+    /// `serve --standby` is invited (`cluster invite`) to take the second half of `parent`'s
+    /// range. Returns once the division has begun (the invitation is answered when the map
+    /// with the migration is committed).
+    fn split_to_new_cell(&mut self, name: &str, parent: usize, env: &[(&str, &str)]) -> usize {
         let peer = free_port().expect("free port");
-        let mut spec = spec(name, peer, Some(self.cells[0].addr()));
+        let mut spec = spec(name, peer, None).arg("--standby");
         for (k, v) in env {
             spec = spec.env(*k, *v);
         }
         self.cells
-            .push(Server::start(spec).expect("joining cell starts"));
-        self.cells.len() - 1
+            .push(Server::start(spec).expect("standby cell starts"));
+        let new = self.cells.len() - 1;
+        let parent_id = self.status(parent).expect("status").me;
+        let ring_addr = self.cells[parent].addr();
+        let mut s = connect(self.cells[new].addr()).expect("connect to the standby cell");
+        s.set_read_timeout(Some(SETTLE)).expect("timeout");
+        write!(s, "cluster invite {ring_addr} {parent_id}\r\n").expect("invite");
+        let mut reply = String::new();
+        BufReader::new(s)
+            .read_line(&mut reply)
+            .expect("invitation answered");
+        assert!(reply.starts_with("OK "), "{reply}");
+        new
     }
 
     /// Three cells, in nodes 0..3 of `netns` when given (the test's own requests go from
@@ -315,6 +328,8 @@ impl Ring {
         if let Some(at) = args.iter().position(|a| a == "--join") {
             args.drain(at..at + 2);
         }
+        // a cell that came in with `ctl split` rejoins by itself
+        args.retain(|a| a != "--standby");
         args.extend(["--join".to_string(), self.cells[through].addr().to_string()]);
         self.cells[i].set_args(args);
         self.cells[i].restart().expect("restart");
@@ -656,7 +671,7 @@ enum DivisionRole {
     Successor,
 }
 
-/// A fourth cell joins (a division of the largest range, streamed slowly), and one of the
+/// A fourth cell divides cell 0's range (`ctl split`, streamed slowly), and one of the
 /// three cells involved is killed while the division is in flight. The ring must settle
 /// with no migration (the division completed or aborted), every cell left out of the
 /// settled map (a child whose division was aborted) is restarted and rejoins as new, and
@@ -669,7 +684,7 @@ fn crash_during_division(name: &str, role: DivisionRole) {
     write_ballast(ring.cells[0].addr(), 1500, 2000);
     let load = workloads(&ring, 71);
     load_flows(&load, 300);
-    let child = ring.join_new_cell(&format!("{name}-3"), &env);
+    let child = ring.split_to_new_cell(&format!("{name}-3"), 0, &env);
     let st = ring.status(child).expect("status of the joining cell");
     let division = lines(ring.cells[child].addr(), "cluster status\r\n")
         .expect("status")
