@@ -60,6 +60,8 @@ struct HandOff {
     started_ms: u64,
     last_emitted_ms: u64,
     caught_up: bool,
+    /// Last heartbeat answer from the child (its start counts as one).
+    last_ack_ms: u64,
 }
 
 /// One cell's ring state machine; see the module docs.
@@ -324,6 +326,7 @@ impl Ring {
                                 started_ms: now_ms,
                                 last_emitted_ms: now_ms,
                                 caught_up: false,
+                                last_ack_ms: now_ms,
                             },
                         );
                         let range = me.range.unwrap_or(HashRange::FULL);
@@ -376,6 +379,9 @@ impl Ring {
                 grant,
             } => {
                 self.note_epoch(&from, epoch);
+                if let Some(h) = self.handoffs.get_mut(&from) {
+                    h.last_ack_ms = h.last_ack_ms.max(now_ms);
+                }
                 if !self.backups.contains(&from) {
                     return;
                 }
@@ -463,7 +469,15 @@ impl Ring {
                 epoch,
                 sent_at_ms: now_ms,
             });
-            for b in self.backups.clone() {
+            // Backups renew leases; division children only show they are alive.
+            let children = self.handoffs.keys().filter(|c| !self.backups.contains(c));
+            for b in self
+                .backups
+                .iter()
+                .chain(children)
+                .cloned()
+                .collect::<Vec<_>>()
+            {
                 let message = RingMessage::Heartbeat {
                     from: self.me.clone(),
                     epoch: self.map.epoch(),
@@ -482,9 +496,16 @@ impl Ring {
         }
         // Division hand-offs led by this cell.
         for (child, h) in self.handoffs.clone() {
-            if h.caught_up {
+            let child_silent =
+                now_ms.saturating_sub(h.last_ack_ms) >= self.config.suspicion_timeout_ms;
+            if h.caught_up && !child_silent {
                 self.propose(Change::CompleteDivision { child }, epoch, now_ms);
-            } else if now_ms.saturating_sub(h.started_ms) >= self.config.handoff_timeout_ms {
+            } else if child_silent
+                || now_ms.saturating_sub(h.started_ms) >= self.config.handoff_timeout_ms
+            {
+                // A child that stopped answering is not waited for until the hand-off
+                // timeout: the parent replicates every write of its range to it meanwhile, so
+                // the fault tests saw every write refused for that long.
                 self.propose(Change::AbortDivision { child }, epoch, now_ms);
             } else if now_ms.saturating_sub(h.last_emitted_ms) >= self.config.resync_retry_ms {
                 if let Some(range) = self.map.cell(&self.me).and_then(|c| c.range) {

@@ -37,6 +37,10 @@ pub type Done = Box<dyn FnOnce(Reply) + Send>;
 
 /// The retryable error a client sees when no master could be reached in time.
 pub const UNAVAILABLE: &[u8] = b"SERVER_ERROR cluster: no master available for this key, retry\r\n";
+/// The error a client sees when the master it forwarded a write to was lost before
+/// answering: the write may have been applied (and replicated) or not.
+pub const MASTER_LOST: &[u8] =
+    b"SERVER_ERROR cluster: master lost before answering (the write may or may not be applied)\r\n";
 /// The error a client sees when a write could not be confirmed on its backups.
 pub const UNREPLICATED: &[u8] =
     b"SERVER_ERROR cluster: write not confirmed by its backup (it may or may not be applied)\r\n";
@@ -255,7 +259,8 @@ pub fn dispatch(cl: &Arc<Cluster>, bytes: Vec<u8>, ctx: Ctx, done: Done) {
             }
         }
         Placement::Remote(owner) => {
-            forward(cl, owner, bytes, ctx, quiet, done);
+            let retry_safe = matches!(request, Request::Retrieve(_) | Request::MetaDebug { .. });
+            forward(cl, owner, bytes, ctx, quiet, retry_safe, done);
         }
         Placement::Split(_) if ctx.forwarded => {
             done(Reply::Refused("keys of several masters".into()));
@@ -274,7 +279,19 @@ pub fn dispatch(cl: &Arc<Cluster>, bytes: Vec<u8>, ctx: Ctx, done: Done) {
     }
 }
 
-fn forward(cl: &Arc<Cluster>, owner: CellId, bytes: Vec<u8>, ctx: Ctx, quiet: bool, done: Done) {
+/// Forwards to `owner`. A request that may have reached it (the connection was lost after
+/// sending) is tried again only if `retry_safe` (a read): the fault tests found an `append`
+/// applied twice when the master died after applying and replicating it but before
+/// answering, and the retry ran again on its promoted backup.
+fn forward(
+    cl: &Arc<Cluster>,
+    owner: CellId,
+    bytes: Vec<u8>,
+    ctx: Ctx,
+    quiet: bool,
+    retry_safe: bool,
+    done: Done,
+) {
     let Some(link) = cl.link(&owner) else {
         retry_later(cl, bytes, ctx, quiet, done);
         return;
@@ -327,6 +344,11 @@ fn forward(cl: &Arc<Cluster>, owner: CellId, bytes: Vec<u8>, ctx: Ctx, quiet: bo
                 }
                 retry_later(&cl2, resend, ctx, quiet, done);
             }
+            Err(super::link::LinkError::Lost) if !retry_safe => done(Reply::Bytes(if quiet {
+                Vec::new()
+            } else {
+                MASTER_LOST.to_vec()
+            })),
             Err(_) => retry_later(&cl2, resend, ctx, quiet, done),
         }),
     );
