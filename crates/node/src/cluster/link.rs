@@ -231,33 +231,14 @@ impl Task {
         let reader_pending = pending.clone();
         let wire = self.wire;
         tokio::spawn(async move {
-            let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
-            let mut chunk = vec![0u8; 64 * 1024];
-            'read: loop {
-                let n = match rd.read(&mut chunk).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => n,
-                };
-                buf.extend_from_slice(&chunk[..n]);
-                let mut at = 0;
-                loop {
-                    match wire::decode(&wire, &buf[at..]) {
-                        Ok(Decoded::Incomplete) => break,
-                        Ok(Decoded::Complete { frame, consumed }) => {
-                            at += consumed;
-                            let reply = reader_pending.lock().remove(&frame.request_id);
-                            if let Some((_, reply)) = reply {
-                                reply(Ok(OwnedFrame::from_frame(&frame)));
-                            }
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "bad frame from peer: closing the link");
-                            break 'read;
-                        }
-                    }
+            read_frames(&mut rd, &wire, "link", |frame| {
+                let reply = reader_pending.lock().remove(&frame.request_id);
+                if let Some((_, reply)) = reply {
+                    reply(Ok(frame));
                 }
-                buf.drain(..at);
-            }
+                true
+            })
+            .await;
             let _ = closed_tx.send(());
         });
         let mut out = Vec::with_capacity(64 * 1024);
@@ -330,6 +311,45 @@ impl Task {
                 }
             }
         }
+    }
+}
+
+/// Reads frames from one peer connection until it closes, fails or sends a bad frame, or
+/// `on_frame` returns `false`; each complete frame is handed over owned, in arrival order.
+/// Both directions of the peer plane use it: a [`Link`] for replies, the peer listener for
+/// requests.
+pub async fn read_frames(
+    rd: &mut (impl tokio::io::AsyncRead + Unpin),
+    wire: &WireConfig,
+    side: &'static str,
+    mut on_frame: impl FnMut(OwnedFrame) -> bool,
+) {
+    const READ_CHUNK_BYTES: usize = 64 * 1024;
+    let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
+    let mut chunk = vec![0u8; READ_CHUNK_BYTES];
+    loop {
+        let n = match rd.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        buf.extend_from_slice(&chunk[..n]);
+        let mut at = 0;
+        loop {
+            match wire::decode(wire, &buf[at..]) {
+                Ok(Decoded::Incomplete) => break,
+                Ok(Decoded::Complete { frame, consumed }) => {
+                    at += consumed;
+                    if !on_frame(OwnedFrame::from_frame(&frame)) {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, side, "bad frame from a peer: closing");
+                    return;
+                }
+            }
+        }
+        buf.drain(..at);
     }
 }
 

@@ -12,14 +12,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cellcache_cluster::wire::payload::{self, RangeSeq};
-use cellcache_cluster::wire::{self, Decoded, FrameKind};
+use cellcache_cluster::wire::{self, FrameKind};
 use cellcache_cluster::{CellId, ClusterMap, HashRange, RingMessage};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
 use super::Cluster;
-use super::link::OwnedFrame;
+use super::link::{OwnedFrame, read_frames};
 use super::route::{self, Ctx, Reply};
 
 /// Frames to write back: (kind, request id, payload).
@@ -66,56 +66,36 @@ async fn connection(cl: Arc<Cluster>, stream: TcpStream) {
     });
     let mut from: Option<CellId> = None;
     let mut fenced = false;
-    let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
-    let mut chunk = vec![0u8; 64 * 1024];
-    'read: loop {
-        let n = match rd.read(&mut chunk).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        buf.extend_from_slice(&chunk[..n]);
-        let mut at = 0;
-        loop {
-            match wire::decode(&wire_cfg, &buf[at..]) {
-                Ok(Decoded::Incomplete) => break,
-                Ok(Decoded::Complete { frame, consumed }) => {
-                    at += consumed;
-                    let frame = OwnedFrame::from_frame(&frame);
-                    match &from {
-                        None => {
-                            let hello = (frame.kind == FrameKind::Hello)
-                                .then(|| payload::decode_hello(&frame.payload).ok())
-                                .flatten();
-                            let Some(id) = hello else { break 'read };
-                            fenced = cl.ring.lock().map().is_fenced(&id);
-                            from = Some(id);
-                        }
-                        // A removed cell may only learn that it was removed: it gets the
-                        // map (in which it is fenced), and every other request is refused.
-                        Some(_) if fenced => {
-                            let (kind, payload) = if frame.kind == FrameKind::MapRequest {
-                                (FrameKind::MapUpdate, cl.ring.lock().map().encode())
-                            } else {
-                                (
-                                    FrameKind::Refused,
-                                    b"fenced: removed from the ring".to_vec(),
-                                )
-                            };
-                            if frame.request_id != 0 {
-                                let _ = tx.send((kind, frame.request_id, payload));
-                            }
-                        }
-                        Some(sender) => on_frame(&cl, sender, frame, &tx),
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "bad frame from a peer: closing");
-                    break 'read;
+    read_frames(&mut rd, &wire_cfg, "listener", |frame| {
+        match &from {
+            None => {
+                let hello = (frame.kind == FrameKind::Hello)
+                    .then(|| payload::decode_hello(&frame.payload).ok())
+                    .flatten();
+                let Some(id) = hello else { return false };
+                fenced = cl.ring.lock().map().is_fenced(&id);
+                from = Some(id);
+            }
+            // A removed cell may only learn that it was removed: it gets the
+            // map (in which it is fenced), and every other request is refused.
+            Some(_) if fenced => {
+                let (kind, payload) = if frame.kind == FrameKind::MapRequest {
+                    (FrameKind::MapUpdate, cl.ring.lock().map().encode())
+                } else {
+                    (
+                        FrameKind::Refused,
+                        b"fenced: removed from the ring".to_vec(),
+                    )
+                };
+                if frame.request_id != 0 {
+                    let _ = tx.send((kind, frame.request_id, payload));
                 }
             }
+            Some(sender) => on_frame(&cl, sender, frame, &tx),
         }
-        buf.drain(..at);
-    }
+        true
+    })
+    .await;
 }
 
 fn on_frame(cl: &Arc<Cluster>, from: &CellId, f: OwnedFrame, tx: &Out) {
