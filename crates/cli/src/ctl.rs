@@ -9,6 +9,15 @@ use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
 pub struct CtlArgs {
+    /// Client address of any cell of the ring (the split's standby cell is `--new`).
+    #[arg(
+        short = 's',
+        long,
+        global = true,
+        value_name = "HOST:PORT",
+        default_value = "127.0.0.1:11211"
+    )]
+    server: String,
     #[command(subcommand)]
     command: CtlCommand,
 }
@@ -16,26 +25,9 @@ pub struct CtlArgs {
 #[derive(clap::Subcommand)]
 enum CtlCommand {
     /// Print the ring: cells, ids, addresses, ranges, roles, epoch, memory.
-    Status {
-        /// Client address of any cell.
-        #[arg(
-            short = 's',
-            long,
-            value_name = "HOST:PORT",
-            default_value = "127.0.0.1:11211"
-        )]
-        server: String,
-    },
+    Status,
     /// Items a cell holds per range it masters or backs up.
-    Ranges {
-        #[arg(
-            short = 's',
-            long,
-            value_name = "HOST:PORT",
-            default_value = "127.0.0.1:11211"
-        )]
-        server: String,
-    },
+    Ranges,
     /// Bring a cell started with `serve --standby` (at --new) into the ring as a division of
     /// CELL: it takes the second half of CELL's range once it caught up.
     Split {
@@ -44,26 +36,11 @@ enum CtlCommand {
         /// Client address of the standby cell.
         #[arg(long, value_name = "HOST:PORT")]
         new: String,
-        /// Client address of any cell of the ring.
-        #[arg(
-            short = 's',
-            long,
-            value_name = "HOST:PORT",
-            default_value = "127.0.0.1:11211"
-        )]
-        server: String,
     },
     /// Begin the graceful absorption of CELL by its successor; CELL exits once done.
     Leave {
         /// The cell id (as `ctl status` prints it).
         cell: String,
-        #[arg(
-            short = 's',
-            long,
-            value_name = "HOST:PORT",
-            default_value = "127.0.0.1:11211"
-        )]
-        server: String,
     },
 }
 
@@ -94,11 +71,12 @@ pub fn command(server: &str, line: &str) -> anyhow::Result<String> {
 }
 
 pub fn run(args: CtlArgs) -> anyhow::Result<()> {
+    let server = &args.server;
     let (server, line) = match &args.command {
-        CtlCommand::Status { server } => (server, "cluster status".to_string()),
-        CtlCommand::Ranges { server } => (server, "cluster ranges".to_string()),
-        CtlCommand::Leave { cell, server } => (server, format!("cluster leave {cell}")),
-        CtlCommand::Split { cell, new, server } => (new, format!("cluster invite {server} {cell}")),
+        CtlCommand::Status => (server, "cluster status".to_string()),
+        CtlCommand::Ranges => (server, "cluster ranges".to_string()),
+        CtlCommand::Leave { cell } => (server, format!("cluster leave {cell}")),
+        CtlCommand::Split { cell, new } => (new, format!("cluster invite {server} {cell}")),
     };
     let reply = command(server, &line)?;
     print!("{}", reply.replace("\r\n", "\n"));
