@@ -281,3 +281,36 @@ pub async fn confirm(cl: &Arc<Cluster>, epoch: u64) -> bool {
         None => false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn proposal(change: Change) -> Proposal {
+        Proposal {
+            based_on_epoch: 1,
+            change,
+        }
+    }
+
+    /// Only crash evictions are probed: a graceful leave or any other change goes straight
+    /// to the log.
+    #[test]
+    fn only_crash_evictions_name_a_suspect() {
+        let d = CellId::whole(2);
+        let fence = proposal(Change::Fence { cell: d.clone() });
+        assert_eq!(suspect(&fence), Some(&d));
+        let crashed = proposal(Change::BeginAbsorption {
+            departed: d.clone(),
+            reason: AbsorptionReason::Crashed,
+        });
+        assert_eq!(suspect(&crashed), Some(&d));
+        let leaving = proposal(Change::BeginAbsorption {
+            departed: d.clone(),
+            reason: AbsorptionReason::Leaving,
+        });
+        assert_eq!(suspect(&leaving), None);
+        let complete = proposal(Change::CompleteAbsorption { departed: d });
+        assert_eq!(suspect(&complete), None);
+    }
+}
