@@ -611,6 +611,74 @@ fn a_cell_cut_from_its_peers_stops_acknowledging_and_heals() {
     check_pre_keys(&ring);
 }
 
+/// A counter of `stats` on one cell.
+fn stat(ring: &Ring, i: usize, name: &str) -> Option<u64> {
+    let addr = ring.cells[i].addr();
+    let l = ring.at(|| lines(addr, "stats\r\n")).ok()?;
+    l.iter()
+        .find_map(|l| l.strip_prefix(&format!("STAT {name} ")))
+        .and_then(|v| v.parse().ok())
+}
+
+/// One broken link does not evict a healthy cell (C9): only the link between a cell P and
+/// its successor D is cut (nftables), the consensus leader L being the third cell. P stops
+/// hearing D and keeps proposing D's eviction; L probes D over its own link, D answers, and
+/// L refuses every such proposal. D must stay Active in every cell's map for the whole cut
+/// (several suspicion timeouts), the refusals must show in L's `stats`, and once healed the
+/// same three cells settle and the history check passes. Clients meanwhile see P's range
+/// refuse writes (P's backup D is out of its reach), which the checker accepts as failed or
+/// unknown outcomes.
+#[test]
+fn a_link_cut_between_a_cell_and_its_successor_evicts_no_one() {
+    let Some(ns) = namespaces(4) else { return };
+    let ring = Ring::start_in("one-link", Some((ns.clone(), 3)), &[]);
+    write_pre_keys(&ring);
+    let load = workloads(&ring, 81);
+    load_flows(&load, 300);
+    let st = ring.wait_stable(3, "before the cut");
+    // The status lists cells in ring (id) order; a cell's successor is the next, wrapping.
+    let at = st
+        .cells
+        .iter()
+        .position(|c| c.id == st.leader)
+        .expect("the leader is in the map");
+    let leader = ring.index_of(&st, &st.leader);
+    let p = ring.index_of(&st, &st.cells[(at + 1) % 3].id);
+    let d_id = st.cells[(at + 2) % 3].id.clone();
+    let d = ring.index_of(&st, &d_id);
+    assert!(leader != p && leader != d && p != d);
+    let before = ids(&st);
+    ns.cut(p, d).expect("cut P-D");
+    // Ten default suspicion timeouts (700 ms): P proposes D's eviction again and again.
+    let cut_until = Instant::now() + Duration::from_millis(10 * 700);
+    let mut polls = 0;
+    while Instant::now() < cut_until {
+        for i in 0..3 {
+            let Some(view) = ring.status(i) else { continue };
+            let dv = view.cells.iter().find(|c| c.id == d_id);
+            assert!(
+                dv.is_some_and(|c| c.state == "active"),
+                "cell {i} sees {d_id} evicted during a one-link cut: {view:?}"
+            );
+        }
+        polls += 1;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(polls > 0);
+    let refuted = stat(&ring, leader, "cluster_suspicions_refuted").expect("leader stats");
+    assert!(
+        refuted > 0,
+        "the leader never refuted a suspicion of {d_id}: P never suspected it, or no probe ran"
+    );
+    eprintln!("one-link: the leader refuted {refuted} suspicions of {d_id}");
+    ns.heal().expect("heal");
+    let st = ring.wait_stable(3, "after healing the link");
+    assert_eq!(ids(&st), before, "the same three cells, no one evicted");
+    load_flows(&load, 300);
+    finish(load, "one-link");
+    check_pre_keys(&ring);
+}
+
 /// A minority (one cell and the clients on its side) partitioned from the majority (two
 /// cells and their clients): the majority goes on after detection, the minority's clients
 /// get errors, nothing either side acknowledged is lost once healed and rejoined.

@@ -90,6 +90,10 @@ pub struct ClusterConfig {
     /// re-routed. Above `request_timeout_ms`, since a master may hold a reply that long
     /// while its backups acknowledge.
     pub peer_reply_timeout_ms: u64,
+    /// The consensus leader probes a cell another cell suspects of having crashed before it
+    /// commits its eviction, waiting this long for an answer; an answer refutes the
+    /// suspicion (one bad link does not evict a healthy cell). 0: no probe.
+    pub indirect_probe_timeout_ms: u64,
     /// Bytes of replication records per frame (snapshot chunks and live batches).
     pub replication_chunk_bytes: usize,
     /// Unacknowledged replication bytes kept per backup; past it the backup is resynced.
@@ -121,6 +125,7 @@ impl Default for ClusterConfig {
             in_flight_per_connection_max: 1_024,
             peer_connect_timeout_ms: 1_000,
             peer_reply_timeout_ms: 6_000,
+            indirect_probe_timeout_ms: 250,
             replication_chunk_bytes: 256 * 1024,
             replication_backlog_bytes_max: 64 << 20,
             handoff_bytes_per_sec: 256 << 20,

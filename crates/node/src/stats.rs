@@ -109,6 +109,11 @@ fn general(cell: &Cell, now: u32, out: &mut Vec<u8>) {
         stat(out, "cluster_forwarded", cl.stats.forwarded.load(Relaxed));
         stat(
             out,
+            "cluster_suspicions_refuted",
+            cl.stats.suspicions_refuted.load(Relaxed),
+        );
+        stat(
+            out,
             "cluster_forward_refused",
             cl.stats.refused.load(Relaxed),
         );

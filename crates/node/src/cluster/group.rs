@@ -3,12 +3,18 @@
 //!
 //! Request payload: one op byte, then the body. Reply payload: one status byte (0 ok,
 //! 1 refused/failed, 2 not the leader), then the body.
+//!
+//! The leader vets a crash suspicion before proposing it ([`vet`]): it probes the suspect
+//! itself, so one broken link between a cell and its successor does not evict a healthy
+//! successor (issue 7, C9).
 
 use std::sync::{Arc, Weak};
 
 use cellcache_cluster::raft::{RaftNodeId, RaftRpc, RaftTransport, TransportError};
 use cellcache_cluster::wire::FrameKind;
-use cellcache_cluster::{CellId, ClusterMap, Consensus, ConsensusError, Proposal};
+use cellcache_cluster::{
+    AbsorptionReason, CellId, Change, ClusterMap, Consensus, ConsensusError, Proposal,
+};
 
 use super::Cluster;
 
@@ -97,6 +103,12 @@ pub async fn handle(cl: Arc<Cluster>, payload: Vec<u8>) -> Vec<u8> {
             let Ok(p) = serde_json::from_slice::<Proposal>(body) else {
                 return [&[FAILED][..], b"bad proposal"].concat();
             };
+            if raft.leader() != Some(raft.id()) {
+                return vec![NOT_LEADER];
+            }
+            if let Err(why) = vet(&cl, &p).await {
+                return [&[FAILED][..], REFUTED_PREFIX.as_bytes(), why.as_bytes()].concat();
+            }
             match raft.propose(p).await {
                 Ok(map) => [&[OK][..], &map.encode()].concat(),
                 Err(ConsensusError::NotLeader { .. }) => vec![NOT_LEADER],
@@ -119,6 +131,61 @@ pub async fn handle(cl: Arc<Cluster>, payload: Vec<u8>) -> Vec<u8> {
             }
         }
         _ => [&[FAILED][..], b"unknown consensus op"].concat(),
+    }
+}
+
+/// Starts a forwarded refusal's reason so that the proposer takes it as final (like the
+/// transition rules' own "change refused: ...").
+const REFUTED_PREFIX: &str = "change refused: ";
+
+/// The cell a proposal declares crashed, if any: `Fence`, or an absorption for a crash.
+fn suspect(p: &Proposal) -> Option<&CellId> {
+    match &p.change {
+        Change::Fence { cell } => Some(cell),
+        Change::BeginAbsorption {
+            departed,
+            reason: AbsorptionReason::Crashed,
+        } => Some(departed),
+        _ => None,
+    }
+}
+
+/// On the leader, before a proposal goes to the log: the second observer of a crash
+/// suspicion. The leader asks the suspect for its map over its own peer link, for at most
+/// `indirect_probe_timeout_ms`; any reply means the suspect is alive and reachable, so the
+/// suspicion came from one bad link (or a slow proposer) and the proposal is refused. No
+/// reply in time, or no way to reach it (a killed process refuses the connection at once),
+/// confirms it. The leader itself is never probed (answering itself would prove nothing
+/// about its links); a suspicion the leader raised itself is probed too, as a second,
+/// later attempt over the same link.
+pub async fn vet(cl: &Arc<Cluster>, p: &Proposal) -> Result<(), String> {
+    let Some(cell) = suspect(p) else {
+        return Ok(());
+    };
+    let timeout = cl.config.indirect_probe_timeout_ms;
+    if *cell == cl.me || timeout == 0 {
+        return Ok(());
+    }
+    let Some(link) = cl.link(cell) else {
+        return Ok(());
+    };
+    let probe = link.call(FrameKind::MapRequest, Vec::new());
+    match tokio::time::timeout(std::time::Duration::from_millis(timeout), probe).await {
+        Ok(Ok(_)) => {
+            cl.stats
+                .suspicions_refuted
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::info!(suspect = %cell, "suspicion refuted: the suspect answered the leader's probe");
+            Err(format!("suspect {cell} answered the leader's probe"))
+        }
+        Ok(Err(e)) => {
+            tracing::info!(suspect = %cell, error = %e, "suspicion confirmed: the suspect is unreachable from the leader");
+            Ok(())
+        }
+        Err(_) => {
+            tracing::info!(suspect = %cell, timeout_ms = timeout, "suspicion confirmed: the suspect did not answer the leader's probe");
+            Ok(())
+        }
     }
 }
 
@@ -146,13 +213,18 @@ pub async fn propose(
     let mut last = String::from("no leader");
     while tokio::time::Instant::now() < deadline {
         match raft.leader() {
-            Some(l) if l == raft.id() => match raft.propose(p.clone()).await {
-                Ok(map) => return Ok(map),
-                Err(ConsensusError::Refused(e)) => {
-                    return Err(ProposeError::Refused(e.to_string()));
+            Some(l) if l == raft.id() => {
+                if let Err(why) = vet(cl, &p).await {
+                    return Err(ProposeError::Refused(why));
                 }
-                Err(e) => last = e.to_string(),
-            },
+                match raft.propose(p.clone()).await {
+                    Ok(map) => return Ok(map),
+                    Err(ConsensusError::Refused(e)) => {
+                        return Err(ProposeError::Refused(e.to_string()));
+                    }
+                    Err(e) => last = e.to_string(),
+                }
+            }
             Some(l) => {
                 let link = cl.cell_of_raft_id(l).and_then(|c| cl.link(&c));
                 if let Some(link) = link {
@@ -207,5 +279,38 @@ pub async fn confirm(cl: &Arc<Cluster>, epoch: u64) -> bool {
             matches!(r, Ok(Ok(f)) if f.payload.first() == Some(&OK))
         }
         None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn proposal(change: Change) -> Proposal {
+        Proposal {
+            based_on_epoch: 1,
+            change,
+        }
+    }
+
+    /// Only crash evictions are probed: a graceful leave or any other change goes straight
+    /// to the log.
+    #[test]
+    fn only_crash_evictions_name_a_suspect() {
+        let d = CellId::whole(2);
+        let fence = proposal(Change::Fence { cell: d.clone() });
+        assert_eq!(suspect(&fence), Some(&d));
+        let crashed = proposal(Change::BeginAbsorption {
+            departed: d.clone(),
+            reason: AbsorptionReason::Crashed,
+        });
+        assert_eq!(suspect(&crashed), Some(&d));
+        let leaving = proposal(Change::BeginAbsorption {
+            departed: d.clone(),
+            reason: AbsorptionReason::Leaving,
+        });
+        assert_eq!(suspect(&leaving), None);
+        let complete = proposal(Change::CompleteAbsorption { departed: d });
+        assert_eq!(suspect(&complete), None);
     }
 }

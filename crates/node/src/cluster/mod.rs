@@ -46,6 +46,9 @@ pub struct ClusterStats {
     pub unavailable: AtomicU64,
     pub replicate_refused: AtomicU64,
     pub maps_installed: AtomicU64,
+    /// Crash suspicions this cell, as the consensus leader, refused because the suspect
+    /// answered its probe ([`group::vet`]).
+    pub suspicions_refuted: AtomicU64,
 }
 
 /// This cell's membership of a ring; see the module docs.
