@@ -165,27 +165,7 @@ fn check_chain(
                 continue;
             }
             present.insert(token, index);
-            let Some(sent) = tokens.get(token).filter(|t| t.status != Status::Failed) else {
-                violations.push(Violation::FailedTokenPresent {
-                    key: key.to_owned(),
-                    read: read.clone(),
-                    token: token.to_vec(),
-                });
-                continue;
-            };
-            if let Some((invoked, second)) = latest_before
-                && invoked > sent.acknowledged_at
-            {
-                violations.push(Violation::Reordered {
-                    key: key.to_owned(),
-                    read: read.clone(),
-                    first: token.to_vec(),
-                    second: second.to_vec(),
-                });
-            }
-            if latest_before.is_none_or(|(invoked, _)| sent.invoked > invoked) {
-                latest_before = Some((sent.invoked, token));
-            }
+            check_token_order(key, read, token, tokens, &mut latest_before, violations);
         }
     }
     // An acknowledged token first shown by chain read `f` is in every read from `f` on; it
@@ -280,6 +260,41 @@ fn check_reads_agree<'a>(
     Some(by_length.into_iter().copied().collect())
 }
 
+/// One token of a read, after the tokens before it in the same read: it must have been sent
+/// by an append that did not fail, and it must not stand after a token whose append was
+/// invoked only after this token's append was acknowledged (`latest_before` carries the
+/// latest invocation among the earlier tokens and is updated with this one).
+fn check_token_order<'a>(
+    key: &str,
+    read: &Operation,
+    token: &'a [u8],
+    tokens: &HashMap<&[u8], Token>,
+    latest_before: &mut Option<(u64, &'a [u8])>,
+    violations: &mut Vec<Violation>,
+) {
+    let Some(sent) = tokens.get(token).filter(|t| t.status != Status::Failed) else {
+        violations.push(Violation::FailedTokenPresent {
+            key: key.to_owned(),
+            read: read.clone(),
+            token: token.to_vec(),
+        });
+        return;
+    };
+    if let Some((invoked, second)) = *latest_before
+        && invoked > sent.acknowledged_at
+    {
+        violations.push(Violation::Reordered {
+            key: key.to_owned(),
+            read: read.clone(),
+            first: token.to_vec(),
+            second: second.to_vec(),
+        });
+    }
+    if latest_before.is_none_or(|(invoked, _)| sent.invoked > invoked) {
+        *latest_before = Some((sent.invoked, token));
+    }
+}
+
 fn check_read(
     key: &str,
     read: &Operation,
@@ -303,27 +318,7 @@ fn check_read(
         if *count > 1 {
             continue;
         }
-        let Some(sent) = tokens.get(token).filter(|t| t.status != Status::Failed) else {
-            violations.push(Violation::FailedTokenPresent {
-                key: key.to_owned(),
-                read: read.clone(),
-                token: token.to_vec(),
-            });
-            continue;
-        };
-        if let Some((invoked, second)) = latest_before
-            && invoked > sent.acknowledged_at
-        {
-            violations.push(Violation::Reordered {
-                key: key.to_owned(),
-                read: read.clone(),
-                first: token.to_vec(),
-                second: second.to_vec(),
-            });
-        }
-        if latest_before.is_none_or(|(invoked, _)| sent.invoked > invoked) {
-            latest_before = Some((sent.invoked, token));
-        }
+        check_token_order(key, read, token, tokens, &mut latest_before, violations);
     }
     let mut lost: Vec<(&[u8], u64)> = tokens
         .iter()
