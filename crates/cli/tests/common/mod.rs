@@ -106,13 +106,7 @@ impl Server {
     }
 
     pub fn connect(&self) -> Client {
-        let stream = TcpStream::connect(self.addr).unwrap();
-        stream.set_read_timeout(Some(REPLY_TIMEOUT)).unwrap();
-        stream.set_nodelay(true).unwrap();
-        Client {
-            stream,
-            pending: Vec::new(),
-        }
+        Client::to(self.addr)
     }
 
     /// Sends SIGTERM and waits for the process to exit; returns its exit status.
@@ -167,6 +161,17 @@ pub struct Client {
 }
 
 impl Client {
+    /// A client of the server at `addr` (usable from any thread).
+    pub fn to(addr: SocketAddr) -> Client {
+        let stream = TcpStream::connect(addr).unwrap();
+        stream.set_read_timeout(Some(REPLY_TIMEOUT)).unwrap();
+        stream.set_nodelay(true).unwrap();
+        Client {
+            stream,
+            pending: Vec::new(),
+        }
+    }
+
     pub fn send(&mut self, bytes: &[u8]) {
         self.stream.write_all(bytes).unwrap();
     }

@@ -64,8 +64,8 @@ pub struct Cluster {
     pub repl: Arc<Replicator>,
     pub raft: OnceLock<RaftGroup>,
     pub stats: ClusterStats,
-    /// Replication receiver: highest sequence applied per sending master.
-    pub applied: Mutex<HashMap<CellId, u64>>,
+    /// Replication receiver: highest sequence applied per sending master, per lane.
+    pub applied: Mutex<HashMap<CellId, Applied>>,
     links: Mutex<HashMap<CellId, Arc<Link>>>,
     raft_ids: Mutex<HashMap<u64, CellId>>,
     streams: Mutex<BTreeSet<(CellId, (u64, u64))>>,
@@ -775,6 +775,15 @@ fn try_join(
         &body[..len],
         cellcache_cluster::map::MAP_BYTES_MAX_DEFAULT,
     )?)
+}
+
+/// A replication receiver's watermarks for one sending master: live records (`Replicate`)
+/// and snapshot items (`SnapshotChunk`, `SnapshotDone`) arrive in two lanes, each in order
+/// but interleaved with the other (see `repl`), so each has its own.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Applied {
+    pub live: u64,
+    pub snapshot: u64,
 }
 
 #[cfg(test)]

@@ -15,11 +15,33 @@
 //! positions its mutations got in each backlog. In `sync` mode its reply is held until
 //! every target acknowledged those positions ([`Replicator::wait`]).
 //!
-//! Snapshots ([`Replicator::start_stream`]) walk the range with `Store::scan_range` and
-//! append each item to the target's backlog from inside the scan callback, i.e. under the
+//! Snapshots ([`Replicator::stream`]) walk the range with `Store::scan_range` and append
+//! each item to the target's *snapshot lane* from inside the scan callback, i.e. under the
 //! same shard lock the change feed is called under: snapshot and live records of one key
-//! are in store order, with no gap between them. A `SnapshotDone` marker ends the stream;
-//! the stream is done when the target acknowledged it.
+//! are produced in store order, with no gap between them. A `SnapshotDone` marker ends the
+//! stream; the stream is done when the target acknowledged it.
+//!
+//! Two lanes per target. Live records (the backlog above, which sync-mode clients wait on)
+//! and snapshot items (throttled, up to eight chunks queued) are queued separately, and the
+//! sender always sends pending live records first, as `Replicate` frames; snapshot items go
+//! as `SnapshotChunk` frames only when no live record is pending, and the `SnapshotDone`
+//! marker likewise, so every live record produced before it is acknowledged first. A write
+//! thus waits for at most one snapshot chunk in flight instead of the whole queue
+//! (issues 6 and 7). Each lane's sequence numbers grow (they are taken under the target's
+//! lock), and the receiver keeps one applied watermark per lane.
+//!
+//! Ordering across lanes, for one key: a live record may overtake a queued snapshot copy of
+//! its key, and that older copy must not be applied after it. So when a live record of key
+//! `k` is queued, every snapshot item of `k` still unacknowledged is moved (re-sequenced)
+//! into the live lane just ahead of it: the receiver applies old copy, then the change, in
+//! store order. Moving rather than dropping keeps `touch` right (its record carries only the
+//! expiry, not the item). A live `flush_all` drops every snapshot item queued before it
+//! instead (they are all dead). Items are matched by key hash: a collision only moves an
+//! unrelated item earlier in the live lane, still after any live record of its own key.
+//! Snapshot items scanned after a live record hold a state at least as new, and go after it
+//! (live first). A snapshot batch already in flight when a live record of one of its keys
+//! is queued finishes (acknowledged, or failed and moved) before the live lane is sent: one
+//! batch is in flight per target.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
@@ -40,21 +62,40 @@ const SEQ_OFFSET: usize = 17;
 
 /// One entry of a target's backlog.
 enum Entry {
-    /// Encoded records.
-    Record(Vec<u8>),
+    /// One encoded record, with its key's hash (`None` for a flush).
+    Record(Vec<u8>, Option<u64>),
     /// End of a snapshot of `range`.
     Done(HashRange),
 }
 
+/// (sequence, map epoch the entry was produced under, entry).
+type Lane = VecDeque<(u64, u64, Entry)>;
+
+/// Which lane a batch came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LaneKind {
+    Live,
+    Snapshot,
+}
+
 struct TargetState {
-    /// (sequence, map epoch the entry was produced under, entry).
-    backlog: VecDeque<(u64, u64, Entry)>,
+    /// Live records: the lane sent first.
+    backlog: Lane,
+    /// Snapshot items and `SnapshotDone` markers: sent when no live record is pending.
+    snapshot: Lane,
+    /// Bytes of records in both lanes.
     backlog_bytes: usize,
-    /// Highest sequence the target acknowledged.
+    /// Bytes of records in the snapshot lane.
+    snapshot_bytes: usize,
+    /// Highest live sequence the target acknowledged.
     acked: u64,
-    /// Entries up to this sequence were refused for good (the target serves their keys
+    /// Highest snapshot-lane sequence the target acknowledged.
+    snapshot_acked: u64,
+    /// Live entries up to this sequence were refused for good (the target serves their keys
     /// under a newer map): their writes are not confirmed.
     rejected_upto: u64,
+    /// The same for the snapshot lane (the stream failed).
+    snapshot_rejected_upto: u64,
     /// The last attempt to reach the target failed (policy `no_backup` applies).
     unreachable: bool,
 }
@@ -70,6 +111,27 @@ pub struct Target {
 }
 
 impl Target {
+    /// A target whose stream starts after sequence `from`.
+    fn new(to: CellId, from: u64) -> Target {
+        Target {
+            to,
+            state: Mutex::new(TargetState {
+                backlog: VecDeque::new(),
+                snapshot: VecDeque::new(),
+                backlog_bytes: 0,
+                snapshot_bytes: 0,
+                acked: from,
+                snapshot_acked: from,
+                rejected_upto: 0,
+                snapshot_rejected_upto: 0,
+                unreachable: false,
+            }),
+            wake: tokio::sync::Notify::new(),
+            closed: AtomicBool::new(false),
+            needs_resync: AtomicBool::new(false),
+        }
+    }
+
     /// Whether the target lost records and must be resynced (clears the flag).
     pub fn take_needs_resync(&self) -> bool {
         self.needs_resync.swap(false, Ordering::AcqRel)
@@ -207,19 +269,7 @@ impl Replicator {
             if layout.targets.contains_key(c) {
                 continue;
             }
-            let t = Arc::new(Target {
-                to: c.clone(),
-                state: Mutex::new(TargetState {
-                    backlog: VecDeque::new(),
-                    backlog_bytes: 0,
-                    acked: self.seq.load(Ordering::Acquire),
-                    rejected_upto: 0,
-                    unreachable: false,
-                }),
-                wake: tokio::sync::Notify::new(),
-                closed: AtomicBool::new(false),
-                needs_resync: AtomicBool::new(false),
-            });
+            let t = Arc::new(Target::new(c.clone(), self.seq.load(Ordering::Acquire)));
             layout.targets.insert(c.clone(), t.clone());
             rt.spawn(self.clone().sender(t, link_for.clone(), on_refused.clone()));
         }
@@ -227,21 +277,64 @@ impl Replicator {
         self.check_waiters();
     }
 
-    /// Appends `bytes` (records) or a marker to one target's backlog; returns the sequence.
-    fn push(&self, t: &Target, epoch: u64, entry: Entry) -> u64 {
+    /// Appends a record or a marker to one of a target's lanes; returns its sequence. A live
+    /// record first takes along the unacknowledged snapshot items it supersedes (see the
+    /// module docs).
+    fn push(&self, t: &Target, epoch: u64, entry: Entry, lane: LaneKind) -> u64 {
+        let mut st = t.state.lock();
+        if lane == LaneKind::Live
+            && let Entry::Record(_, key) = &entry
+            && st.snapshot.iter().any(|(s, _, _)| *s > st.snapshot_acked)
+        {
+            let key = *key;
+            let st = &mut *st;
+            let mut kept = VecDeque::with_capacity(st.snapshot.len());
+            for (s, e, item) in std::mem::take(&mut st.snapshot) {
+                let hit = match &item {
+                    Entry::Record(_, k) => s > st.snapshot_acked && (key.is_none() || *k == key),
+                    Entry::Done(_) => false,
+                };
+                if !hit {
+                    kept.push_back((s, e, item));
+                    continue;
+                }
+                if let Entry::Record(b, _) = &item {
+                    st.snapshot_bytes -= b.len();
+                    st.backlog_bytes -= b.len();
+                }
+                if key.is_some() {
+                    // Not yet applied there: it goes just ahead of the live record.
+                    self.append(st, LaneKind::Live, e, item);
+                }
+                // A flush: the item is dead, dropped.
+            }
+            st.snapshot = kept;
+        }
+        let seq = self.append(&mut st, lane, epoch, entry);
+        drop(st);
+        t.wake.notify_one();
+        seq
+    }
+
+    /// Appends to a lane under the target's lock: sequences are taken under it, so each
+    /// lane's grow in order.
+    fn append(&self, st: &mut TargetState, lane: LaneKind, epoch: u64, entry: Entry) -> u64 {
         let seq = self.seq.fetch_add(1, Ordering::AcqRel) + 1;
         let mut entry = entry;
-        let mut st = t.state.lock();
-        if let Entry::Record(b) = &mut entry {
+        if let Entry::Record(b, _) = &mut entry {
             // One record per entry: its `seq` field sits after op (1) and range (16).
             if let Some(field) = b.get_mut(SEQ_OFFSET..SEQ_OFFSET + 8) {
                 field.copy_from_slice(&seq.to_le_bytes());
             }
             st.backlog_bytes += b.len();
+            if lane == LaneKind::Snapshot {
+                st.snapshot_bytes += b.len();
+            }
         }
-        st.backlog.push_back((seq, epoch, entry));
-        drop(st);
-        t.wake.notify_one();
+        match lane {
+            LaneKind::Live => st.backlog.push_back((seq, epoch, entry)),
+            LaneKind::Snapshot => st.snapshot.push_back((seq, epoch, entry)),
+        }
         seq
     }
 
@@ -322,54 +415,20 @@ impl Replicator {
                 // A removed target still gets what was produced for it (a departing
                 // master's tail); it stops once that is delivered, refused or unreachable.
                 let st = t.state.lock();
-                if st.backlog.iter().all(|(s, _, _)| *s <= st.acked) || st.unreachable {
+                if !has_pending(&st) || st.unreachable {
                     return;
                 }
             }
             let chunk = self.policy().chunk_bytes;
-            // The next batch: consecutive records after `acked`, or one marker.
-            let batch = {
-                let st = t.state.lock();
-                let mut payload = Vec::new();
-                let mut last = 0;
-                let mut done = None;
-                let mut batch_epoch = None;
-                for (seq, epoch, e) in st.backlog.iter() {
-                    if *seq <= st.acked {
-                        continue;
-                    }
-                    if batch_epoch.is_some_and(|b| b != *epoch) {
-                        break;
-                    }
-                    batch_epoch = Some(*epoch);
-                    match e {
-                        Entry::Record(b) => {
-                            if !payload.is_empty() && payload.len() + b.len() > chunk {
-                                break;
-                            }
-                            payload.extend_from_slice(b);
-                            last = *seq;
-                        }
-                        Entry::Done(range) => {
-                            if payload.is_empty() {
-                                done = Some((*seq, *range));
-                            }
-                            break;
-                        }
-                    }
-                }
-                let epoch = batch_epoch.unwrap_or(0);
-                if let Some((seq, range)) = done {
-                    let mut p = Vec::new();
-                    RangeSeq { range, seq }.encode(&mut p);
-                    Some((FrameKind::SnapshotDone, p, seq, epoch))
-                } else if !payload.is_empty() {
-                    Some((FrameKind::Replicate, payload, last, epoch))
-                } else {
-                    None
-                }
-            };
-            let Some((kind, payload, last, batch_epoch)) = batch else {
+            let batch = next_batch(&t.state.lock(), chunk);
+            let Some(Batch {
+                kind,
+                payload,
+                last,
+                epoch: batch_epoch,
+                lane,
+            }) = batch
+            else {
                 let _ = tokio::time::timeout(Duration::from_millis(100), t.wake.notified()).await;
                 continue;
             };
@@ -391,7 +450,10 @@ impl Replicator {
                     self.bytes_sent.fetch_add(records as u64, Ordering::Relaxed);
                     let mut st = t.state.lock();
                     st.unreachable = false;
-                    st.acked = st.acked.max(acked);
+                    match lane {
+                        LaneKind::Live => st.acked = st.acked.max(acked),
+                        LaneKind::Snapshot => st.snapshot_acked = st.snapshot_acked.max(acked),
+                    }
                     trim_acked(&mut st);
                     drop(st);
                     backoff = Duration::from_millis(10);
@@ -402,8 +464,16 @@ impl Replicator {
                     // under the old one are not confirmed (their clients get SERVER_ERROR).
                     tracing::debug!(to = %t.to, epoch = f.epoch, batch_epoch, reason = %String::from_utf8_lossy(&f.payload), "replication refused for good");
                     let mut st = t.state.lock();
-                    st.rejected_upto = st.rejected_upto.max(last);
-                    st.acked = st.acked.max(last);
+                    match lane {
+                        LaneKind::Live => {
+                            st.rejected_upto = st.rejected_upto.max(last);
+                            st.acked = st.acked.max(last);
+                        }
+                        LaneKind::Snapshot => {
+                            st.snapshot_rejected_upto = st.snapshot_rejected_upto.max(last);
+                            st.snapshot_acked = st.snapshot_acked.max(last);
+                        }
+                    }
                     trim_acked(&mut st);
                     drop(st);
                     self.check_waiters();
@@ -443,10 +513,14 @@ impl Replicator {
             let pending = targets.iter().any(|(t, upto)| {
                 let st = t.state.lock();
                 !st.unreachable
-                    && st
+                    && (st
                         .backlog
                         .iter()
                         .any(|(s, _, _)| *s <= *upto && *s > st.acked)
+                        || st
+                            .snapshot
+                            .iter()
+                            .any(|(s, _, _)| *s <= *upto && *s > st.snapshot_acked))
             });
             if !pending {
                 return true;
@@ -467,16 +541,21 @@ impl Replicator {
             tracing::warn!(to = %t.to, bytes = st.backlog_bytes, "replication backlog over its bound: dropped, target needs a resync");
             st.rejected_upto = self.seq.load(Ordering::Acquire);
             st.acked = st.rejected_upto;
+            st.snapshot_rejected_upto = st.rejected_upto;
+            st.snapshot_acked = st.rejected_upto;
             st.backlog.clear();
+            st.snapshot.clear();
             st.backlog_bytes = 0;
+            st.snapshot_bytes = 0;
             t.needs_resync.store(true, Ordering::Release);
             drop(st);
             self.check_waiters();
         }
     }
 
-    /// Streams a snapshot of `range` into `to`'s backlog (which must be a target), then a
-    /// `SnapshotDone`; resolves when `to` acknowledged it. Throttled by the policy.
+    /// Streams a snapshot of `range` into `to`'s snapshot lane (`to` must be a target), then
+    /// a `SnapshotDone`; resolves when `to` acknowledged it. Throttled by the policy (the
+    /// throttle applies to the snapshot only: live records never wait for it).
     pub async fn stream(&self, store: &Store, to: &CellId, range: HashRange) -> bool {
         let Some((t, epoch)) = ({
             let layout = self.layout.lock();
@@ -510,12 +589,13 @@ impl Replicator {
                 let mut b = Vec::with_capacity(item.key.len() + item.value.len() + 48);
                 if rec.encode(&mut b).is_ok() {
                     bytes += b.len();
-                    self.push(&t, epoch, Entry::Record(b));
+                    let hash = cellcache_store::key_hash(item.key);
+                    self.push(&t, epoch, Entry::Record(b, Some(hash)), LaneKind::Snapshot);
                 }
             });
             bytes_total += bytes as u64;
             // Backpressure: let the target drain before reading more.
-            while t.state.lock().backlog_bytes > policy.chunk_bytes * 8 {
+            while t.state.lock().snapshot_bytes > policy.chunk_bytes * 8 {
                 if t.closed.load(Ordering::Acquire) {
                     return false;
                 }
@@ -530,14 +610,14 @@ impl Replicator {
                 }
             }
         }
-        let marker = self.push(&t, epoch, Entry::Done(range));
+        let marker = self.push(&t, epoch, Entry::Done(range), LaneKind::Snapshot);
         loop {
             if t.closed.load(Ordering::Acquire) {
                 return false;
             }
             let (acked, rejected) = {
                 let st = t.state.lock();
-                (st.acked, st.rejected_upto)
+                (st.snapshot_acked, st.snapshot_rejected_upto)
             };
             if marker <= rejected {
                 return false; // dropped with an overflowing backlog: not delivered
@@ -552,10 +632,101 @@ impl Replicator {
 
 fn trim_acked(st: &mut TargetState) {
     while st.backlog.front().is_some_and(|(s, _, _)| *s <= st.acked) {
-        if let Some((_, _, Entry::Record(b))) = st.backlog.pop_front() {
+        if let Some((_, _, Entry::Record(b, _))) = st.backlog.pop_front() {
             st.backlog_bytes -= b.len();
         }
     }
+    while st
+        .snapshot
+        .front()
+        .is_some_and(|(s, _, _)| *s <= st.snapshot_acked)
+    {
+        if let Some((_, _, Entry::Record(b, _))) = st.snapshot.pop_front() {
+            st.backlog_bytes -= b.len();
+            st.snapshot_bytes -= b.len();
+        }
+    }
+}
+
+/// Whether a target has anything unacknowledged in either lane.
+fn has_pending(st: &TargetState) -> bool {
+    st.backlog.iter().any(|(s, _, _)| *s > st.acked)
+        || st.snapshot.iter().any(|(s, _, _)| *s > st.snapshot_acked)
+}
+
+/// One frame's worth of a lane.
+struct Batch {
+    kind: FrameKind,
+    payload: Vec<u8>,
+    /// Sequence of its last entry.
+    last: u64,
+    epoch: u64,
+    lane: LaneKind,
+}
+
+/// The next batch for a target: the pending live records if any (consecutive, one epoch,
+/// up to `chunk` bytes), else the snapshot lane's next records or its `SnapshotDone`
+/// marker. The marker is reached only when no live record is pending, so every live record
+/// queued before it has been acknowledged.
+fn next_batch(st: &TargetState, chunk: usize) -> Option<Batch> {
+    for (lane, entries, acked) in [
+        (LaneKind::Live, &st.backlog, st.acked),
+        (LaneKind::Snapshot, &st.snapshot, st.snapshot_acked),
+    ] {
+        let mut payload = Vec::new();
+        let mut last = 0;
+        let mut batch_epoch = None;
+        for (seq, epoch, e) in entries.iter() {
+            if *seq <= acked {
+                continue;
+            }
+            if batch_epoch.is_some_and(|b| b != *epoch) {
+                break;
+            }
+            match e {
+                Entry::Record(b, _) => {
+                    if !payload.is_empty() && payload.len() + b.len() > chunk {
+                        break;
+                    }
+                    batch_epoch = Some(*epoch);
+                    payload.extend_from_slice(b);
+                    last = *seq;
+                }
+                Entry::Done(range) => {
+                    if payload.is_empty() {
+                        let mut p = Vec::new();
+                        RangeSeq {
+                            range: *range,
+                            seq: *seq,
+                        }
+                        .encode(&mut p);
+                        return Some(Batch {
+                            kind: FrameKind::SnapshotDone,
+                            payload: p,
+                            last: *seq,
+                            epoch: *epoch,
+                            lane,
+                        });
+                    }
+                    break;
+                }
+            }
+        }
+        if !payload.is_empty() {
+            let kind = match lane {
+                LaneKind::Live => FrameKind::Replicate,
+                LaneKind::Snapshot => FrameKind::SnapshotChunk,
+            };
+            return Some(Batch {
+                kind,
+                payload,
+                last,
+                epoch: batch_epoch.unwrap_or(0),
+                lane,
+            });
+        }
+    }
+    None
 }
 
 fn now_secs() -> u32 {
@@ -626,11 +797,17 @@ impl ChangeSink for Replicator {
         if rec.encode(&mut bytes).is_err() {
             return;
         }
+        let hash = key.map(cellcache_store::key_hash);
         let targets: Vec<Arc<Target>> = layout.targets.values().cloned().collect();
         drop(layout);
         let mut positions = Vec::with_capacity(targets.len());
         for t in targets {
-            let seq = self.push(&t, epoch, Entry::Record(bytes.clone()));
+            let seq = self.push(
+                &t,
+                epoch,
+                Entry::Record(bytes.clone(), hash),
+                LaneKind::Live,
+            );
             positions.push((t, seq));
         }
         CAPTURE.with(|c| {
@@ -705,4 +882,195 @@ pub fn apply_records(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn replicator() -> Arc<Replicator> {
+        Replicator::new(ReplPolicy {
+            accept_unreachable: false,
+            chunk_bytes: 1024,
+            backlog_bytes_max: 1 << 20,
+            stream_bytes_per_sec: 0,
+            io_timeout: Duration::from_secs(1),
+        })
+    }
+
+    fn encode(op: ReplicationOp<'_>) -> Vec<u8> {
+        let mut b = Vec::new();
+        ReplicationRecord {
+            range: HashRange::FULL,
+            seq: 0,
+            op,
+        }
+        .encode(&mut b)
+        .expect("encodes");
+        b
+    }
+
+    fn set(key: &str, value: &str) -> Entry {
+        Entry::Record(
+            encode(ReplicationOp::Set {
+                key: key.as_bytes(),
+                value: value.as_bytes(),
+                flags: 0,
+                expiry_unix_secs: 0,
+                cas: 1,
+            }),
+            Some(cellcache_store::key_hash(key.as_bytes())),
+        )
+    }
+
+    fn touch(key: &str) -> Entry {
+        Entry::Record(
+            encode(ReplicationOp::Touch {
+                key: key.as_bytes(),
+                expiry_unix_secs: 7,
+            }),
+            Some(cellcache_store::key_hash(key.as_bytes())),
+        )
+    }
+
+    /// (seq, op name, key, value) of each record of a batch.
+    fn records(b: &Batch) -> Vec<(u64, &'static str, String, String)> {
+        ReplicationRecord::decode_all(&b.payload)
+            .map(|r| {
+                let r = r.expect("decodes");
+                let s = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+                match r.op {
+                    ReplicationOp::Set { key, value, .. } => (r.seq, "set", s(key), s(value)),
+                    ReplicationOp::Touch { key, .. } => (r.seq, "touch", s(key), String::new()),
+                    ReplicationOp::Delete { key } => (r.seq, "delete", s(key), String::new()),
+                    ReplicationOp::Flush { .. } => (r.seq, "flush", String::new(), String::new()),
+                }
+            })
+            .collect()
+    }
+
+    /// Takes the next batch and acknowledges it, as the sender does on a `ReplicateAck`.
+    fn send(t: &Target) -> Option<Batch> {
+        let b = next_batch(&t.state.lock(), 1024)?;
+        let mut st = t.state.lock();
+        match b.lane {
+            LaneKind::Live => st.acked = b.last,
+            LaneKind::Snapshot => st.snapshot_acked = b.last,
+        }
+        trim_acked(&mut st);
+        Some(b)
+    }
+
+    #[test]
+    fn a_live_record_is_sent_ahead_of_queued_snapshot_chunks() {
+        let r = replicator();
+        let t = Target::new(CellId::whole(2), 0);
+        let value = "v".repeat(200);
+        for i in 0..40 {
+            r.push(&t, 1, set(&format!("snap{i}"), &value), LaneKind::Snapshot);
+        }
+        r.push(&t, 1, Entry::Done(HashRange::FULL), LaneKind::Snapshot);
+        let live = r.push(&t, 1, set("live", "now"), LaneKind::Live);
+        let first = send(&t).expect("a batch");
+        assert_eq!(first.kind, FrameKind::Replicate);
+        assert_eq!(
+            records(&first),
+            vec![(live, "set", "live".into(), "now".into())]
+        );
+        // Then the snapshot, in chunks, and its marker last.
+        let mut kinds = Vec::new();
+        let mut keys = Vec::new();
+        while let Some(b) = send(&t) {
+            kinds.push(b.kind);
+            if b.kind == FrameKind::SnapshotChunk {
+                keys.extend(records(&b).into_iter().map(|r| r.2));
+            }
+        }
+        assert!(kinds.len() > 2, "several chunks: {kinds:?}");
+        assert_eq!(kinds.last(), Some(&FrameKind::SnapshotDone));
+        assert!(
+            kinds[..kinds.len() - 1]
+                .iter()
+                .all(|k| *k == FrameKind::SnapshotChunk)
+        );
+        let expected: Vec<String> = (0..40).map(|i| format!("snap{i}")).collect();
+        assert_eq!(keys, expected);
+        assert_eq!(t.state.lock().backlog_bytes, 0);
+    }
+
+    #[test]
+    fn a_live_record_takes_the_older_snapshot_copy_of_its_key_along() {
+        let r = replicator();
+        let t = Target::new(CellId::whole(2), 0);
+        r.push(&t, 1, set("a", "old-a"), LaneKind::Snapshot);
+        r.push(&t, 1, set("b", "old-b"), LaneKind::Snapshot);
+        r.push(&t, 1, set("c", "old-c"), LaneKind::Snapshot);
+        let live = r.push(&t, 1, touch("b"), LaneKind::Live);
+        // A snapshot item scanned after the live record stays in the snapshot lane.
+        r.push(&t, 1, set("b", "new-b"), LaneKind::Snapshot);
+        let first = send(&t).expect("the live lane");
+        assert_eq!(first.kind, FrameKind::Replicate);
+        let got = records(&first);
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(
+            (got[0].1, got[0].2.as_str(), got[0].3.as_str()),
+            ("set", "b", "old-b")
+        );
+        assert_eq!(
+            (got[1].0, got[1].1, got[1].2.as_str()),
+            (live, "touch", "b")
+        );
+        assert!(got[0].0 < got[1].0, "the copy is applied first: {got:?}");
+        let rest = send(&t).expect("the snapshot lane");
+        assert_eq!(rest.kind, FrameKind::SnapshotChunk);
+        let keys: Vec<(String, String)> = records(&rest).into_iter().map(|r| (r.2, r.3)).collect();
+        assert_eq!(
+            keys,
+            vec![
+                ("a".into(), "old-a".into()),
+                ("c".into(), "old-c".into()),
+                ("b".into(), "new-b".into())
+            ]
+        );
+        assert!(send(&t).is_none());
+    }
+
+    #[test]
+    fn a_live_flush_drops_the_snapshot_items_queued_before_it() {
+        let r = replicator();
+        let t = Target::new(CellId::whole(2), 0);
+        r.push(&t, 1, set("a", "1"), LaneKind::Snapshot);
+        r.push(&t, 1, set("b", "2"), LaneKind::Snapshot);
+        let flush = Entry::Record(encode(ReplicationOp::Flush { at_unix_secs: 5 }), None);
+        r.push(&t, 1, flush, LaneKind::Live);
+        r.push(&t, 1, set("c", "3"), LaneKind::Snapshot);
+        r.push(&t, 1, Entry::Done(HashRange::FULL), LaneKind::Snapshot);
+        let first = send(&t).expect("the flush");
+        assert_eq!(
+            records(&first).into_iter().map(|r| r.1).collect::<Vec<_>>(),
+            ["flush"]
+        );
+        let rest = send(&t).expect("what the flush left");
+        assert_eq!(
+            records(&rest).into_iter().map(|r| r.2).collect::<Vec<_>>(),
+            ["c"]
+        );
+        assert_eq!(send(&t).expect("marker").kind, FrameKind::SnapshotDone);
+        assert_eq!(t.state.lock().snapshot_bytes, 0);
+    }
+
+    #[test]
+    fn the_snapshot_marker_waits_for_every_earlier_live_record() {
+        let r = replicator();
+        let t = Target::new(CellId::whole(2), 0);
+        r.push(&t, 1, Entry::Done(HashRange::FULL), LaneKind::Snapshot);
+        let live = r.push(&t, 1, set("x", "1"), LaneKind::Live);
+        // Not acknowledged yet: the next batch is still the live record, not the marker.
+        let b = next_batch(&t.state.lock(), 1024).expect("a batch");
+        assert_eq!((b.kind, b.last), (FrameKind::Replicate, live));
+        let b = next_batch(&t.state.lock(), 1024).expect("a batch");
+        assert_eq!(b.kind, FrameKind::Replicate, "resent until acknowledged");
+        send(&t);
+        assert_eq!(send(&t).expect("marker").kind, FrameKind::SnapshotDone);
+    }
 }

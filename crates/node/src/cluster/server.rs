@@ -166,7 +166,12 @@ fn on_frame(cl: &Arc<Cluster>, from: &CellId, f: OwnedFrame, tx: &Out) {
                 return;
             }
             let mut applied = cl.applied.lock();
-            let seq = applied.entry(from.clone()).or_insert(0);
+            let lanes = applied.entry(from.clone()).or_default();
+            let seq = if f.kind == FrameKind::Replicate {
+                &mut lanes.live
+            } else {
+                &mut lanes.snapshot
+            };
             let range = if f.kind == FrameKind::SnapshotDone {
                 match RangeSeq::decode(&f.payload) {
                     Ok(d) => {
