@@ -340,6 +340,79 @@ fn a_deposed_master_gets_no_acknowledgement() {
         "current epoch acknowledged"
     );
     assert_eq!(peek(&mut c, &key).map(|p| p.0), Some("new".to_string()));
+
+    // The same sender opens a new connection (as its link does after giving the old one
+    // up): records still arriving on the old connection are not applied, so a frame that
+    // was buffered there can never overwrite what came through the new one.
+    let mut s2 = std::net::TcpStream::connect(&peer).unwrap();
+    s2.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    out.clear();
+    wire::encode(
+        &cfg,
+        FrameKind::Hello,
+        epoch,
+        0,
+        &encode_hello(&other),
+        &mut out,
+    )
+    .unwrap();
+    s2.write_all(&out).unwrap();
+    // Hello has no reply: a round trip on the new connection proves it was read.
+    out.clear();
+    wire::encode(&cfg, FrameKind::MapRequest, epoch, 9, &[], &mut out).unwrap();
+    s2.write_all(&out).unwrap();
+    let mut buf2 = Vec::new();
+    let mut next_reply2 = |s: &mut std::net::TcpStream| loop {
+        if let Ok(Decoded::Complete { frame, consumed }) = wire::decode(&cfg, &buf2) {
+            let r = (frame.kind, frame.request_id);
+            buf2.drain(..consumed);
+            return r;
+        }
+        let mut chunk = [0u8; 4096];
+        let n = s.read(&mut chunk).unwrap();
+        assert!(n > 0, "peer closed");
+        buf2.extend_from_slice(&chunk[..n]);
+    };
+    assert_eq!(next_reply2(&mut s2), (FrameKind::MapUpdate, 9));
+    out.clear();
+    wire::encode(
+        &cfg,
+        FrameKind::Replicate,
+        epoch,
+        10,
+        &record(seq + 2, b"late"),
+        &mut out,
+    )
+    .unwrap();
+    s.write_all(&out).unwrap();
+    let mut rest = Vec::new();
+    let closed = s.read_to_end(&mut rest).is_ok();
+    assert!(
+        closed,
+        "the superseded connection is closed by the receiver"
+    );
+    assert!(
+        wire::decode(&cfg, &rest).map_or(true, |d| !matches!(
+            d,
+            Decoded::Complete { ref frame, .. } if frame.kind == FrameKind::ReplicateAck
+        )),
+        "no acknowledgement on the superseded connection"
+    );
+    assert_eq!(peek(&mut c, &key).map(|p| p.0), Some("new".to_string()));
+    out.clear();
+    wire::encode(
+        &cfg,
+        FrameKind::Replicate,
+        epoch,
+        11,
+        &record(seq + 2, b"next"),
+        &mut out,
+    )
+    .unwrap();
+    s2.write_all(&out).unwrap();
+    assert_eq!(next_reply2(&mut s2), (FrameKind::ReplicateAck, 11));
+    assert_eq!(peek(&mut c, &key).map(|p| p.0), Some("next".to_string()));
 }
 
 /// Online division and leave under continuous load from several clients: no client sees

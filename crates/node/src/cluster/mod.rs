@@ -780,10 +780,18 @@ fn try_join(
 /// A replication receiver's watermarks for one sending master: live records (`Replicate`)
 /// and snapshot items (`SnapshotChunk`, `SnapshotDone`) arrive in two lanes, each in order
 /// but interleaved with the other (see `repl`), so each has its own.
+///
+/// `connection` numbers the sender's connections to this cell. The lanes' order holds only
+/// within one connection: a sender opens a new one after giving the old one up (its link
+/// dropped it), and frames still buffered on the old one may be read after the new one's
+/// — an old snapshot copy of a key could then overwrite a newer live write. So records
+/// are applied only from the sender's latest connection (checked under the same lock as
+/// the apply); the sender resends what the old one did not get acknowledged.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Applied {
     pub live: u64,
     pub snapshot: u64,
+    pub connection: u64,
 }
 
 #[cfg(test)]

@@ -66,6 +66,7 @@ async fn connection(cl: Arc<Cluster>, stream: TcpStream) {
     });
     let mut from: Option<CellId> = None;
     let mut fenced = false;
+    let mut connection = 0;
     read_frames(&mut rd, &wire_cfg, "listener", |frame| {
         match &from {
             None => {
@@ -74,6 +75,12 @@ async fn connection(cl: Arc<Cluster>, stream: TcpStream) {
                     .flatten();
                 let Some(id) = hello else { return false };
                 fenced = cl.ring.lock().map().is_fenced(&id);
+                // This connection supersedes any earlier one of the same sender.
+                let mut applied = cl.applied.lock();
+                let lanes = applied.entry(id.clone()).or_default();
+                lanes.connection += 1;
+                connection = lanes.connection;
+                drop(applied);
                 from = Some(id);
             }
             // A removed cell may only learn that it was removed: it gets the
@@ -91,14 +98,16 @@ async fn connection(cl: Arc<Cluster>, stream: TcpStream) {
                     let _ = tx.send((kind, frame.request_id, payload));
                 }
             }
-            Some(sender) => on_frame(&cl, sender, frame, &tx),
+            Some(sender) => return on_frame(&cl, sender, connection, frame, &tx),
         }
         true
     })
     .await;
 }
 
-fn on_frame(cl: &Arc<Cluster>, from: &CellId, f: OwnedFrame, tx: &Out) {
+/// Handles one frame of an identified, unfenced sender; `false` closes the connection (it
+/// was superseded by a newer one of the same sender, see [`super::Applied`]).
+fn on_frame(cl: &Arc<Cluster>, from: &CellId, connection: u64, f: OwnedFrame, tx: &Out) -> bool {
     let id = f.request_id;
     match f.kind {
         FrameKind::Heartbeat | FrameKind::HeartbeatAck => match RingMessage::decode(&f.payload) {
@@ -133,7 +142,7 @@ fn on_frame(cl: &Arc<Cluster>, from: &CellId, f: OwnedFrame, tx: &Out) {
                 // Decide under the sender's map: fetch it; the sender retries.
                 cl.fetch_map_from(from.clone());
                 let _ = tx.send((FrameKind::Refused, id, b"fetching the newer map".to_vec()));
-                return;
+                return true;
             }
             let (keep, serving): (Box<dyn Fn(u64) -> bool>, bool) = {
                 let ring = cl.ring.lock();
@@ -163,10 +172,14 @@ fn on_frame(cl: &Arc<Cluster>, from: &CellId, f: OwnedFrame, tx: &Out) {
                     .replicate_refused
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let _ = tx.send((FrameKind::Refused, id, b"stale epoch".to_vec()));
-                return;
+                return true;
             }
             let mut applied = cl.applied.lock();
             let lanes = applied.entry(from.clone()).or_default();
+            if lanes.connection != connection {
+                tracing::debug!(peer = %from, "replication on a superseded connection: closing it");
+                return false;
+            }
             let seq = if f.kind == FrameKind::Replicate {
                 &mut lanes.live
             } else {
@@ -184,14 +197,14 @@ fn on_frame(cl: &Arc<Cluster>, from: &CellId, f: OwnedFrame, tx: &Out) {
                             .spawn(async move { cl2.resync_received(&from, done, epoch).await });
                         done
                     }
-                    Err(_) => return,
+                    Err(_) => return true,
                 }
             } else {
                 if let Err(e) =
                     super::repl::apply_records(&cl.cell.store, &f.payload, seq, cl.cell.now(), keep)
                 {
                     tracing::warn!(error = %e, "bad replication payload");
-                    return;
+                    return true;
                 }
                 HashRange::FULL
             };
@@ -224,6 +237,7 @@ fn on_frame(cl: &Arc<Cluster>, from: &CellId, f: OwnedFrame, tx: &Out) {
         | FrameKind::ReplicateAck
         | FrameKind::Refused => {}
     }
+    true
 }
 
 /// Key hashes of a replication payload's records (`None` for a flush).
