@@ -305,9 +305,9 @@ fn a_deposed_master_gets_no_acknowledgement() {
     )
     .unwrap();
     s.write_all(&out).unwrap();
-    let mut buf = Vec::new();
-    let mut next_reply = |s: &mut std::net::TcpStream| loop {
-        if let Ok(Decoded::Complete { frame, consumed }) = wire::decode(&cfg, &buf) {
+    // The next reply frame on a connection: (kind, request id).
+    let next_frame = |s: &mut std::net::TcpStream, buf: &mut Vec<u8>| loop {
+        if let Ok(Decoded::Complete { frame, consumed }) = wire::decode(&cfg, buf) {
             let r = (frame.kind, frame.request_id);
             buf.drain(..consumed);
             return r;
@@ -317,6 +317,8 @@ fn a_deposed_master_gets_no_acknowledgement() {
         assert!(n > 0, "peer closed");
         buf.extend_from_slice(&chunk[..n]);
     };
+    let mut buf = Vec::new();
+    let mut next_reply = |s: &mut std::net::TcpStream| next_frame(s, &mut buf);
     assert_eq!(
         next_reply(&mut s),
         (FrameKind::Refused, 7),
@@ -363,17 +365,7 @@ fn a_deposed_master_gets_no_acknowledgement() {
     wire::encode(&cfg, FrameKind::MapRequest, epoch, 9, &[], &mut out).unwrap();
     s2.write_all(&out).unwrap();
     let mut buf2 = Vec::new();
-    let mut next_reply2 = |s: &mut std::net::TcpStream| loop {
-        if let Ok(Decoded::Complete { frame, consumed }) = wire::decode(&cfg, &buf2) {
-            let r = (frame.kind, frame.request_id);
-            buf2.drain(..consumed);
-            return r;
-        }
-        let mut chunk = [0u8; 4096];
-        let n = s.read(&mut chunk).unwrap();
-        assert!(n > 0, "peer closed");
-        buf2.extend_from_slice(&chunk[..n]);
-    };
+    let mut next_reply2 = |s: &mut std::net::TcpStream| next_frame(s, &mut buf2);
     assert_eq!(next_reply2(&mut s2), (FrameKind::MapUpdate, 9));
     out.clear();
     wire::encode(
