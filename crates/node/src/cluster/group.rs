@@ -5,8 +5,8 @@
 //! 1 refused/failed, 2 not the leader), then the body.
 //!
 //! The leader vets a crash suspicion before proposing it ([`vet`]): it probes the suspect
-//! itself, so one broken link between a cell and its successor does not evict a healthy
-//! successor (issue 7, C9).
+//! itself and through a third cell, so one broken link between a cell and its successor
+//! does not evict a healthy successor (issue 7, C9).
 
 use std::sync::{Arc, Weak};
 
@@ -23,6 +23,8 @@ const OP_VOTE: u8 = 2;
 const OP_SNAPSHOT: u8 = 3;
 const OP_PROPOSE: u8 = 4;
 const OP_CONFIRM: u8 = 5;
+/// "Probe this cell for me": the leader's indirect probe of a suspect through a third cell.
+const OP_PROBE: u8 = 6;
 
 const OK: u8 = 0;
 const FAILED: u8 = 1;
@@ -115,6 +117,16 @@ pub async fn handle(cl: Arc<Cluster>, payload: Vec<u8>) -> Vec<u8> {
                 Err(e) => [&[FAILED][..], e.to_string().as_bytes()].concat(),
             }
         }
+        OP_PROBE => {
+            let Ok(suspect) = cellcache_cluster::wire::payload::decode_hello(body) else {
+                return [&[FAILED][..], b"bad probe"].concat();
+            };
+            if probe(&cl, &suspect).await {
+                vec![OK]
+            } else {
+                vec![FAILED]
+            }
+        }
         OP_CONFIRM => {
             let mut e = [0u8; 8];
             if body.len() != 8 {
@@ -150,43 +162,86 @@ fn suspect(p: &Proposal) -> Option<&CellId> {
     }
 }
 
-/// On the leader, before a proposal goes to the log: the second observer of a crash
-/// suspicion. The leader asks the suspect for its map over its own peer link, for at most
-/// `indirect_probe_timeout_ms`; any reply means the suspect is alive and reachable, so the
-/// suspicion came from one bad link (or a slow proposer) and the proposal is refused. No
-/// reply in time, or no way to reach it (a killed process refuses the connection at once),
-/// confirms it. The leader itself is never probed (answering itself would prove nothing
-/// about its links); a suspicion the leader raised itself is probed too, as a second,
-/// later attempt over the same link.
+/// Whether `suspect` answers a map request over this cell's own peer link within
+/// `indirect_probe_timeout_ms`.
+async fn probe(cl: &Arc<Cluster>, suspect: &CellId) -> bool {
+    let timeout = std::time::Duration::from_millis(cl.config.indirect_probe_timeout_ms);
+    let Some(link) = cl.link(suspect) else {
+        return false;
+    };
+    let answer = link.call(FrameKind::MapRequest, Vec::new());
+    matches!(tokio::time::timeout(timeout, answer).await, Ok(Ok(_)))
+}
+
+/// Asks `helper` to probe `suspect` from where it stands (SWIM's indirect probe).
+async fn probe_through(cl: &Arc<Cluster>, helper: &CellId, suspect: &CellId) -> bool {
+    // The helper's own probe, plus one more of the same for the round trip to it.
+    let timeout = std::time::Duration::from_millis(2 * cl.config.indirect_probe_timeout_ms);
+    let Some(link) = cl.link(helper) else {
+        return false;
+    };
+    let payload = [
+        &[OP_PROBE][..],
+        &cellcache_cluster::wire::payload::encode_hello(suspect),
+    ]
+    .concat();
+    let answer = link.call(FrameKind::Consensus, payload);
+    matches!(
+        tokio::time::timeout(timeout, answer).await,
+        Ok(Ok(f)) if f.payload.first() == Some(&OK)
+    )
+}
+
+/// On the leader, before a proposal goes to the log: the second opinion on a crash
+/// suspicion. The leader asks the suspect for its map over its own peer link and, at the
+/// same time, asks one other cell (neither itself nor the suspect) to do the same from where
+/// it stands; each probe waits at most `indirect_probe_timeout_ms`. Any answer means the
+/// suspect is alive and reachable, so the suspicion came from one bad link (or a slow
+/// proposer) and the proposal is refused. No answer in time, or no way to reach it (a
+/// killed process refuses the connection at once), confirms it. The third cell matters when
+/// the leader itself raised the suspicion: its own probe would use the very link that
+/// failed. A proposal to evict the leader is refused outright: the leader deciding it is
+/// alive, and the proposer reached it (if it is dead, a new leader decides instead).
 pub async fn vet(cl: &Arc<Cluster>, p: &Proposal) -> Result<(), String> {
     let Some(cell) = suspect(p) else {
         return Ok(());
     };
-    let timeout = cl.config.indirect_probe_timeout_ms;
-    if *cell == cl.me || timeout == 0 {
+    if cl.config.indirect_probe_timeout_ms == 0 {
         return Ok(());
     }
-    let Some(link) = cl.link(cell) else {
-        return Ok(());
+    let refuted = |how: &str| {
+        cl.stats
+            .suspicions_refuted
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tracing::info!(suspect = %cell, how, "suspicion refuted");
+        Err(format!("suspect {cell} is alive: {how}"))
     };
-    let probe = link.call(FrameKind::MapRequest, Vec::new());
-    match tokio::time::timeout(std::time::Duration::from_millis(timeout), probe).await {
-        Ok(Ok(_)) => {
-            cl.stats
-                .suspicions_refuted
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            tracing::info!(suspect = %cell, "suspicion refuted: the suspect answered the leader's probe");
-            Err(format!("suspect {cell} answered the leader's probe"))
-        }
-        Ok(Err(e)) => {
-            tracing::info!(suspect = %cell, error = %e, "suspicion confirmed: the suspect is unreachable from the leader");
-            Ok(())
-        }
-        Err(_) => {
-            tracing::info!(suspect = %cell, timeout_ms = timeout, "suspicion confirmed: the suspect did not answer the leader's probe");
-            Ok(())
-        }
+    if *cell == cl.me {
+        return refuted("it is the leader deciding");
     }
+    let helper = {
+        let ring = cl.ring.lock();
+        ring.map()
+            .active_cells()
+            .map(|c| c.id.clone())
+            .find(|id| *id != cl.me && id != cell)
+    };
+    let direct = probe(cl, cell);
+    let alive = match &helper {
+        Some(h) => {
+            let (direct, indirect) = tokio::join!(direct, probe_through(cl, h, cell));
+            if indirect && !direct {
+                return refuted("answered a probe through another cell");
+            }
+            direct
+        }
+        None => direct.await,
+    };
+    if alive {
+        return refuted("answered the leader's probe");
+    }
+    tracing::info!(suspect = %cell, helper = ?helper, "suspicion confirmed: no probe was answered");
+    Ok(())
 }
 
 /// Why a proposal did not commit.
