@@ -450,14 +450,12 @@ fn split_and_leave_under_load_lose_nothing() {
     let reply = ring.command(0, &format!("cluster leave {leaving}"));
     assert!(reply.starts_with("OK "), "{reply}");
     ring.wait_formed_among(3, &[0, 1, standby]);
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while ring.cells[2].is_running() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the leaving cell exits"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    common::wait_until(
+        "the leaving cell exits",
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        || !ring.cells[2].is_running(),
+    );
     let (r, l) = (registers.completed(), logs.completed());
     assert!(registers.wait_completed(r + 200, during) && logs.wait_completed(l + 200, during));
     for (name, w) in [("registers", registers), ("append logs", logs)] {
@@ -533,26 +531,21 @@ fn async_replication_converges() {
     for i in 0..KEYS {
         clients[i % 3].roundtrip(format!("set a{i} 0 0 1\r\nx\r\n").as_bytes(), b"STORED\r\n");
     }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        let views: Vec<_> = (0..3).map(|i| ring.ranges(i)).collect();
-        let masters: u64 = views
-            .iter()
-            .map(|(r, _)| r.iter().find(|x| x.0 == "master").unwrap().2)
-            .sum();
-        let backups: u64 = views
-            .iter()
-            .map(|(r, _)| r.iter().find(|x| x.0 == "backup").unwrap().2)
-            .sum();
-        if masters == KEYS as u64 && backups == KEYS as u64 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "backups converge: {views:?}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    common::wait_until(
+        "backups converge",
+        std::time::Duration::from_secs(20),
+        std::time::Duration::from_millis(50),
+        || {
+            let views: Vec<_> = (0..3).map(|i| ring.ranges(i).0).collect();
+            let count = |role: &str| -> u64 {
+                views
+                    .iter()
+                    .map(|r| r.iter().find(|x| x.0 == role).unwrap().2)
+                    .sum()
+            };
+            count("master") == KEYS as u64 && count("backup") == KEYS as u64
+        },
+    );
 }
 
 /// kill -9 of a cell: its successor takes its range over from its backup copy, both
@@ -595,21 +588,16 @@ fn a_killed_cell_is_absorbed_without_losing_keys() {
             );
         }
     }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let views: Vec<_> = [0, 2].iter().map(|&i| ring.ranges(i)).collect();
-        let complete = views.iter().all(|(rows, total)| {
-            rows.iter().map(|r| r.2).sum::<u64>() == KEYS as u64 && *total == KEYS as u64
-        });
-        if complete {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "re-replication completes: {views:?}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    common::wait_until(
+        "re-replication completes",
+        std::time::Duration::from_secs(30),
+        std::time::Duration::from_millis(100),
+        || {
+            [0, 2].iter().map(|&i| ring.ranges(i)).all(|(rows, total)| {
+                rows.iter().map(|r| r.2).sum::<u64>() == KEYS as u64 && total == KEYS as u64
+            })
+        },
+    );
 }
 
 /// A request forwarded to a master that never answers (SIGSTOP: its kernel still
@@ -655,17 +643,12 @@ fn a_silent_master_does_not_hold_a_forwarded_request_forever() {
         assert_eq!(c.line(), "END");
     }
     // The range moves to the stopped cell's successor; the key is served again.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let mut c = ring.cells[1].connect();
-        if get(&mut c, &key).as_deref() == Some("v") {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the key is served again"
-        );
-    }
+    common::wait_until(
+        "the key is served again",
+        std::time::Duration::from_secs(30),
+        std::time::Duration::from_millis(10),
+        || get(&mut ring.cells[1].connect(), &key).as_deref() == Some("v"),
+    );
     let _ = std::process::Command::new("kill")
         .args(["-CONT", &pid])
         .status();

@@ -30,6 +30,21 @@ pub fn io_engine() -> Option<String> {
     std::env::var("CELLCACHE_TEST_IO_ENGINE").ok()
 }
 
+/// Polls `done` every `poll` until it holds; fails the test naming `what` if it does not
+/// within `timeout` (a bound on the test's run time, never a claim about speed).
+pub fn wait_until(
+    what: &str,
+    timeout: std::time::Duration,
+    poll: std::time::Duration,
+    mut done: impl FnMut() -> bool,
+) {
+    let deadline = std::time::Instant::now() + timeout;
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        std::thread::sleep(poll);
+    }
+}
+
 pub fn is_memcached() -> bool {
     target() == "memcached"
 }
