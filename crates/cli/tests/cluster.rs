@@ -754,3 +754,83 @@ fn writes_during_a_slow_hand_off_do_not_wait_for_the_snapshot() {
     }
     drop(proxy);
 }
+
+/// Values longer than `replication_chunk_bytes` are replicated, and handed over in a
+/// division, in parts: backups and the child rebuild them byte for byte (counted by
+/// `cluster_values_rebuilt`), and every value reads back whole through every cell.
+#[test]
+fn large_values_replicate_and_move_in_parts() {
+    use std::time::Duration;
+    if common::is_memcached() {
+        return;
+    }
+    const CHUNK: usize = 16_384;
+    let chunk = CHUNK.to_string();
+    let env = [("CELLCACHE_CLUSTER__REPLICATION_CHUNK_BYTES", chunk.as_str())];
+    let mut ring = Ring::start_with_env(2, &["-m", "64"], &env);
+    let sizes = [1, 16_000, CHUNK, CHUNK + 1, 40_000, 300_000, 900_000];
+    let value = |size: usize, i: usize| -> String {
+        (0..size)
+            .map(|j| (b'a' + ((i * 7 + j) % 26) as u8) as char)
+            .collect()
+    };
+    let mut written = Vec::new();
+    let mut c = ring.cells[0].connect();
+    for (s, &size) in sizes.iter().enumerate() {
+        for k in 0..4 {
+            let (key, v) = (format!("big{s}-{k}"), value(size, s * 4 + k));
+            c.roundtrip(
+                format!("set {key} 0 0 {size}\r\n{v}\r\n").as_bytes(),
+                b"STORED\r\n",
+            );
+            written.push((key, v));
+        }
+    }
+    let in_parts = 4 * sizes.iter().filter(|&&s| s > CHUNK).count() as u64;
+    let rebuilt = |ring: &Ring, i: usize| -> u64 {
+        ring.cells[i]
+            .connect()
+            .stat("cluster_values_rebuilt")
+            .parse()
+            .unwrap()
+    };
+    // Two cells, r = 2: both hold every item, and each large write was rebuilt once, on
+    // its master's backup, before the client got STORED.
+    let mut clients: Vec<Client> = ring.cells.iter().map(|s| s.connect()).collect();
+    for (key, v) in &written {
+        assert_eq!(holders(&mut clients, key), vec![0, 1], "{key}");
+        let copies: Vec<_> = clients.iter_mut().map(|c| peek(c, key)).collect();
+        assert_eq!(copies[0], copies[1], "{key}: same value and cas on both");
+        assert_eq!(copies[0].as_ref().map(|c| &c.0), Some(v), "{key}");
+    }
+    assert_eq!(rebuilt(&ring, 0) + rebuilt(&ring, 1), in_parts);
+    // Division: the child gets cell 0's range as a snapshot, large items in parts.
+    let standby = ring.add_standby_with_env(&["-m", "64"], &env);
+    let (parent, server) = (ring.id(0), ring.cells[0].addr.to_string());
+    let reply = ring.command(standby, &format!("cluster invite {server} {parent}"));
+    assert!(reply.starts_with("OK "), "{reply}");
+    ring.wait_formed(3);
+    common::wait_until(
+        "the child rebuilt the large items of its ranges",
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        || rebuilt(&ring, standby) > 0,
+    );
+    for c in ring.cells.iter() {
+        let mut c = c.connect();
+        for (key, v) in &written {
+            assert_eq!(get(&mut c, key).as_ref(), Some(v), "{key}");
+        }
+    }
+    let mut clients: Vec<Client> = ring.cells.iter().map(|s| s.connect()).collect();
+    common::wait_until(
+        "every item has exactly two copies again",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || {
+            written
+                .iter()
+                .all(|(key, _)| holders(&mut clients, key).len() == 2)
+        },
+    );
+}

@@ -94,7 +94,9 @@ pub struct ClusterConfig {
     /// commits its eviction, waiting this long for an answer; an answer refutes the
     /// suspicion (one bad link does not evict a healthy cell). 0: no probe.
     pub indirect_probe_timeout_ms: u64,
-    /// Bytes of replication records per frame (snapshot chunks and live batches).
+    /// Bytes of replication records per frame (snapshot chunks and live batches); a value
+    /// longer than this is replicated in parts of this size, so a live write waits behind
+    /// at most one part of a large item.
     pub replication_chunk_bytes: usize,
     /// Unacknowledged replication bytes kept per backup; past it the backup is resynced.
     pub replication_backlog_bytes_max: usize,
@@ -301,13 +303,14 @@ impl NodeConfig {
                     .into(),
             ));
         }
-        // One replication record carries a whole item: it must fit one frame.
+        // A forwarded request carries a whole item: it must fit one frame. (Replication cuts
+        // values over `replication_chunk_bytes` into parts; forwarding does not.)
         let record_max =
             self.store.item_size_max_bytes + cellcache_cluster::wire::payload::KEY_BYTES_MAX + 64;
         if c.enabled && (c.wire.frame_payload_bytes_max as usize) < record_max {
             return Err(ConfigError::Invalid(format!(
-                "cluster.wire.frame_payload_bytes_max ({}) must hold the largest item \
-                 (store.item_size_max_bytes {} + key + 64 bytes of record header)",
+                "cluster.wire.frame_payload_bytes_max ({}) must hold the largest item a \
+                 forwarded request carries (store.item_size_max_bytes {} + key + 64 bytes)",
                 c.wire.frame_payload_bytes_max, self.store.item_size_max_bytes
             )));
         }

@@ -129,6 +129,11 @@ fn general(cell: &Cell, now: u32, out: &mut Vec<u8>) {
         );
         stat(
             out,
+            "cluster_values_rebuilt",
+            cl.stats.values_rebuilt.load(Relaxed),
+        );
+        stat(
+            out,
             "cluster_replication_bytes_sent",
             cl.repl.bytes_sent.load(Relaxed),
         );

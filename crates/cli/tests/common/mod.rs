@@ -322,10 +322,15 @@ impl Ring {
 
     /// Starts a `serve --standby` cell (not in the ring yet) and returns its index.
     pub fn add_standby(&mut self, extra: &[&str]) -> usize {
+        self.add_standby_with_env(extra, &[])
+    }
+
+    /// [`Ring::add_standby`] with environment variables (configuration).
+    pub fn add_standby_with_env(&mut self, extra: &[&str], env: &[(&str, &str)]) -> usize {
         let peer = free_peer_port().to_string();
         let mut args: Vec<&str> = extra.to_vec();
         args.extend(["--standby", "--peer-port", &peer]);
-        self.cells.push(Server::start(&args));
+        self.cells.push(Server::start_with_env(&args, env));
         self.cells.len() - 1
     }
 

@@ -12,6 +12,8 @@
 //! Delete  := key_len:u8 key
 //! Touch   := key_len:u8 key  expiry_unix_secs:u64
 //! Flush   := at_unix_secs:u64
+//! SetPart := key_len:u8 key  flags:u32  expiry_unix_secs:u64  cas:u64
+//!            total_len:u32  offset:u32  part_len:u32 part
 //! ack / snapshot-done := range.start:u64 range.end:u64 seq:u64
 //! ```
 
@@ -26,6 +28,7 @@ const OP_SET: u8 = 1;
 const OP_DELETE: u8 = 2;
 const OP_TOUCH: u8 = 3;
 const OP_FLUSH: u8 = 4;
+const OP_SET_PART: u8 = 5;
 
 /// One change to replicate, with full item state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +50,32 @@ pub enum ReplicationOp<'a> {
     },
     /// Every item of the range written before `at_unix_secs` is invalid from then on.
     Flush { at_unix_secs: u64 },
+    /// One piece of a `Set` whose value is too large for one frame-friendly record: bytes
+    /// `offset..offset + part.len()` of a `total_len`-byte value. The pieces of one value go
+    /// in order, each with its own sequence number, so other records can travel between
+    /// them; the receiver stores the item when the last piece arrives.
+    SetPart {
+        key: &'a [u8],
+        flags: u32,
+        expiry_unix_secs: u64,
+        cas: u64,
+        total_len: u32,
+        offset: u32,
+        part: &'a [u8],
+    },
+}
+
+impl<'a> ReplicationOp<'a> {
+    /// The key the op changes (`None` for a flush, which changes the whole range).
+    pub fn key(&self) -> Option<&'a [u8]> {
+        match *self {
+            ReplicationOp::Set { key, .. }
+            | ReplicationOp::Delete { key }
+            | ReplicationOp::Touch { key, .. }
+            | ReplicationOp::SetPart { key, .. } => Some(key),
+            ReplicationOp::Flush { .. } => None,
+        }
+    }
 }
 
 /// A replication record: which master range's stream it belongs to and where in it.
@@ -125,6 +154,7 @@ impl<'a> ReplicationRecord<'a> {
             ReplicationOp::Delete { .. } => OP_DELETE,
             ReplicationOp::Touch { .. } => OP_TOUCH,
             ReplicationOp::Flush { .. } => OP_FLUSH,
+            ReplicationOp::SetPart { .. } => OP_SET_PART,
         };
         let rollback = out.len();
         out.push(tag);
@@ -159,6 +189,30 @@ impl<'a> ReplicationRecord<'a> {
                 out.extend_from_slice(&at_unix_secs.to_le_bytes());
                 Ok(())
             }
+            ReplicationOp::SetPart {
+                key,
+                flags,
+                expiry_unix_secs,
+                cas,
+                total_len,
+                offset,
+                part,
+            } => put_key(out, key).and_then(|()| {
+                let len = u32::try_from(part.len())
+                    .map_err(|_| WireError::Payload("part longer than u32"))?;
+                let end = offset.checked_add(len).filter(|&e| e <= total_len);
+                if end.is_none() {
+                    return Err(WireError::Payload("part beyond the value's length"));
+                }
+                out.extend_from_slice(&flags.to_le_bytes());
+                out.extend_from_slice(&expiry_unix_secs.to_le_bytes());
+                out.extend_from_slice(&cas.to_le_bytes());
+                out.extend_from_slice(&total_len.to_le_bytes());
+                out.extend_from_slice(&offset.to_le_bytes());
+                out.extend_from_slice(&len.to_le_bytes());
+                out.extend_from_slice(part);
+                Ok(())
+            }),
         };
         if body.is_err() {
             out.truncate(rollback);
@@ -196,6 +250,27 @@ impl<'a> ReplicationRecord<'a> {
             OP_FLUSH => ReplicationOp::Flush {
                 at_unix_secs: r.u64()?,
             },
+            OP_SET_PART => {
+                let key = r.key()?;
+                let flags = r.u32()?;
+                let expiry_unix_secs = r.u64()?;
+                let cas = r.u64()?;
+                let total_len = r.u32()?;
+                let offset = r.u32()?;
+                let len = r.u32()?;
+                if offset.checked_add(len).is_none_or(|e| e > total_len) {
+                    return Err(WireError::Payload("part beyond the value's length"));
+                }
+                ReplicationOp::SetPart {
+                    key,
+                    flags,
+                    expiry_unix_secs,
+                    cas,
+                    total_len,
+                    offset,
+                    part: r.take(len as usize)?,
+                }
+            }
             _ => return Err(WireError::Payload("unknown replication op")),
         };
         Ok((ReplicationRecord { range, seq, op }, r.at))
@@ -222,6 +297,52 @@ impl<'a> ReplicationRecord<'a> {
             }
         })
     }
+}
+
+/// Encodes the state of one item as records of at most about `part_bytes` of value each: one
+/// `Set` when the value fits, else consecutive `SetPart`s (sequence numbers are filled in
+/// later by whoever orders the stream).
+pub fn encode_item(
+    range: HashRange,
+    key: &[u8],
+    value: &[u8],
+    flags: u32,
+    expiry_unix_secs: u64,
+    cas: u64,
+    part_bytes: usize,
+) -> Result<Vec<Vec<u8>>, WireError> {
+    let record = |op| {
+        let mut b = Vec::with_capacity(key.len() + value.len().min(part_bytes) + 64);
+        ReplicationRecord { range, seq: 0, op }
+            .encode(&mut b)
+            .map(|()| b)
+    };
+    if value.len() <= part_bytes.max(1) {
+        return Ok(vec![record(ReplicationOp::Set {
+            key,
+            value,
+            flags,
+            expiry_unix_secs,
+            cas,
+        })?]);
+    }
+    let total_len =
+        u32::try_from(value.len()).map_err(|_| WireError::Payload("value longer than u32"))?;
+    let mut records = Vec::with_capacity(value.len().div_ceil(part_bytes));
+    for (i, part) in value.chunks(part_bytes).enumerate() {
+        // i * part_bytes < value.len() <= u32::MAX
+        let offset = (i * part_bytes) as u32;
+        records.push(record(ReplicationOp::SetPart {
+            key,
+            flags,
+            expiry_unix_secs,
+            cas,
+            total_len,
+            offset,
+            part,
+        })?);
+    }
+    Ok(records)
 }
 
 impl RangeSeq {
@@ -273,6 +394,7 @@ mod tests {
         Delete(Vec<u8>),
         Touch(Vec<u8>, u64),
         Flush(u64),
+        SetPart(Vec<u8>, u64, u32, Vec<u8>),
     }
 
     impl OwnedOp {
@@ -291,6 +413,15 @@ mod tests {
                     expiry_unix_secs: *e,
                 },
                 OwnedOp::Flush(a) => ReplicationOp::Flush { at_unix_secs: *a },
+                OwnedOp::SetPart(k, c, offset, p) => ReplicationOp::SetPart {
+                    key: k,
+                    flags: 3,
+                    expiry_unix_secs: 9,
+                    cas: *c,
+                    total_len: offset + p.len() as u32 + 5,
+                    offset: *offset,
+                    part: p,
+                },
             }
         }
     }
@@ -308,6 +439,13 @@ mod tests {
             arb_key().prop_map(OwnedOp::Delete),
             (arb_key(), any::<u64>()).prop_map(|(k, e)| OwnedOp::Touch(k, e)),
             any::<u64>().prop_map(OwnedOp::Flush),
+            (
+                arb_key(),
+                any::<u64>(),
+                0u32..1 << 20,
+                proptest::collection::vec(any::<u8>(), 0..200)
+            )
+                .prop_map(|(k, c, o, p)| OwnedOp::SetPart(k, c, o, p)),
         ]
     }
 
@@ -330,6 +468,59 @@ mod tests {
         assert_eq!(decode_hello(b"2.25").unwrap().to_string(), "2.25");
         assert!(decode_hello(b"x").is_err());
         assert!(RangeSeq::decode(&[0; 25]).is_err());
+    }
+
+    #[test]
+    fn a_large_value_is_cut_into_ordered_parts_that_rebuild_it() {
+        let value: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
+        let small = encode_item(HashRange::FULL, b"k", b"tiny", 1, 2, 3, 1000).unwrap();
+        assert_eq!(small.len(), 1);
+        let (rec, _) = ReplicationRecord::decode(&small[0]).unwrap();
+        assert!(matches!(rec.op, ReplicationOp::Set { value: b"tiny", .. }));
+        let parts = encode_item(HashRange::FULL, b"k", &value, 1, 2, 3, 3000).unwrap();
+        assert_eq!(parts.len(), 4);
+        let mut rebuilt = Vec::new();
+        for p in &parts {
+            let (rec, used) = ReplicationRecord::decode(p).unwrap();
+            assert_eq!(used, p.len());
+            let ReplicationOp::SetPart {
+                key,
+                flags,
+                expiry_unix_secs,
+                cas,
+                total_len,
+                offset,
+                part,
+            } = rec.op
+            else {
+                panic!("a part: {rec:?}")
+            };
+            assert_eq!((key, flags, expiry_unix_secs, cas), (&b"k"[..], 1, 2, 3));
+            assert_eq!(total_len as usize, value.len());
+            assert_eq!(offset as usize, rebuilt.len());
+            assert!(part.len() <= 3000);
+            rebuilt.extend_from_slice(part);
+        }
+        assert_eq!(rebuilt, value);
+        // A part claiming bytes beyond the value is refused both ways.
+        let bad = ReplicationRecord {
+            range: HashRange::FULL,
+            seq: 1,
+            op: ReplicationOp::SetPart {
+                key: b"k",
+                flags: 0,
+                expiry_unix_secs: 0,
+                cas: 1,
+                total_len: 4,
+                offset: 3,
+                part: b"xy",
+            },
+        };
+        assert!(bad.encode(&mut Vec::new()).is_err());
+        let mut forged = parts[3].clone();
+        let total_at = 1 + 24 + 2 + 4 + 8 + 8;
+        forged[total_at..total_at + 4].copy_from_slice(&1u32.to_le_bytes());
+        assert!(ReplicationRecord::decode(&forged).is_err());
     }
 
     proptest! {

@@ -49,6 +49,9 @@ pub struct ClusterStats {
     /// Crash suspicions this cell, as the consensus leader, refused because the suspect
     /// answered its probe ([`group::vet`]).
     pub suspicions_refuted: AtomicU64,
+    /// Replicated items that arrived in parts (values over `replication_chunk_bytes`) and
+    /// were rebuilt and stored.
+    pub values_rebuilt: AtomicU64,
 }
 
 /// This cell's membership of a ring; see the module docs.
@@ -787,11 +790,13 @@ fn try_join(
 /// — an old snapshot copy of a key could then overwrite a newer live write. So records
 /// are applied only from the sender's latest connection (checked under the same lock as
 /// the apply); the sender resends what the old one did not get acknowledged.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Default)]
 pub struct Applied {
     pub live: u64,
     pub snapshot: u64,
     pub connection: u64,
+    /// Values arriving in parts from this sender.
+    pub parts: repl::Assembly,
 }
 
 #[cfg(test)]

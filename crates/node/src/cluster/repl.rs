@@ -30,6 +30,14 @@
 //! (issues 6 and 7). Each lane's sequence numbers grow (they are taken under the target's
 //! lock), and the receiver keeps one applied watermark per lane.
 //!
+//! Large values travel in parts. An item whose value is longer than `chunk_bytes` becomes
+//! consecutive `SetPart` records of at most `chunk_bytes` of value each (one entry, one
+//! sequence number apiece), so a frame never carries more than about one chunk and a live
+//! record waits for at most one part of a large snapshot item, not the whole value. The
+//! receiver rebuilds the value per sender ([`Assembly`]) and stores the item when its last
+//! part arrives; a sync write waits for the acknowledgement of its last part. The parts of
+//! one key share its hash, so the cross-lane move below carries them together, in order.
+//!
 //! Ordering across lanes, for one key: a live record may overtake a queued snapshot copy of
 //! its key, and that older copy must not be applied after it. So when a live record of key
 //! `k` is queued, every snapshot item of `k` still unacknowledged is moved (re-sequenced)
@@ -44,13 +52,13 @@
 //! batch is in flight per target.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use cellcache_cluster::wire::FrameKind;
-use cellcache_cluster::wire::payload::{RangeSeq, ReplicationOp, ReplicationRecord};
+use cellcache_cluster::wire::payload::{RangeSeq, ReplicationOp, ReplicationRecord, encode_item};
 use cellcache_cluster::{CellId, HashRange};
 use cellcache_store::{Change, ChangeKind, ChangeSink, ScanCursor, Store};
 use parking_lot::Mutex;
@@ -575,21 +583,20 @@ impl Replicator {
             let now = now_secs();
             let mut bytes = 0usize;
             cursor = store.scan_range(store_range, now, c, |item| {
-                let rec = ReplicationRecord {
+                let Ok(records) = encode_item(
                     range,
-                    seq: 0,
-                    op: ReplicationOp::Set {
-                        key: item.key,
-                        value: item.value,
-                        flags: item.flags,
-                        expiry_unix_secs: u64::from(item.expiry.as_unix_secs()),
-                        cas: item.cas,
-                    },
+                    item.key,
+                    item.value,
+                    item.flags,
+                    u64::from(item.expiry.as_unix_secs()),
+                    item.cas,
+                    policy.chunk_bytes,
+                ) else {
+                    return;
                 };
-                let mut b = Vec::with_capacity(item.key.len() + item.value.len() + 48);
-                if rec.encode(&mut b).is_ok() {
+                let hash = cellcache_store::key_hash(item.key);
+                for b in records {
                     bytes += b.len();
-                    let hash = cellcache_store::key_hash(item.key);
                     self.push(&t, epoch, Entry::Record(b, Some(hash)), LaneKind::Snapshot);
                 }
             });
@@ -763,12 +770,7 @@ impl ChangeSink for Replicator {
                 at_unix_secs: u64::from(now_secs()),
             },
         };
-        let key = match op {
-            ReplicationOp::Set { key, .. }
-            | ReplicationOp::Delete { key }
-            | ReplicationOp::Touch { key, .. } => Some(key),
-            ReplicationOp::Flush { .. } => None,
-        };
+        let key = op.key();
         let mastered = layout
             .master
             .is_some_and(|m| key.is_none_or(|k| m.contains(cellcache_store::key_hash(k))));
@@ -788,27 +790,46 @@ impl ChangeSink for Replicator {
             return;
         }
         let epoch = layout.epoch;
-        let rec = ReplicationRecord {
-            range: master,
-            seq: 0,
-            op,
+        let records = match op {
+            ReplicationOp::Set {
+                key,
+                value,
+                flags,
+                expiry_unix_secs,
+                cas,
+            } => encode_item(
+                master,
+                key,
+                value,
+                flags,
+                expiry_unix_secs,
+                cas,
+                self.policy().chunk_bytes,
+            ),
+            op => {
+                let mut b = Vec::new();
+                ReplicationRecord {
+                    range: master,
+                    seq: 0,
+                    op,
+                }
+                .encode(&mut b)
+                .map(|()| vec![b])
+            }
         };
-        let mut bytes = Vec::new();
-        if rec.encode(&mut bytes).is_err() {
-            return;
-        }
+        let Ok(records) = records else { return };
         let hash = key.map(cellcache_store::key_hash);
         let targets: Vec<Arc<Target>> = layout.targets.values().cloned().collect();
         drop(layout);
         let mut positions = Vec::with_capacity(targets.len());
         for t in targets {
-            let seq = self.push(
-                &t,
-                epoch,
-                Entry::Record(bytes.clone(), hash),
-                LaneKind::Live,
-            );
-            positions.push((t, seq));
+            // A write is replicated once its last part is acknowledged.
+            let mut last = 0;
+            for b in &records {
+                let entry = Entry::Record(b.clone(), hash);
+                last = self.push(&t, epoch, entry, LaneKind::Live);
+            }
+            positions.push((t, last));
         }
         CAPTURE.with(|c| {
             if let Some(v) = c.borrow_mut().as_mut() {
@@ -818,33 +839,193 @@ impl ChangeSink for Replicator {
     }
 }
 
+/// A value being rebuilt from its parts.
+struct Partial {
+    flags: u32,
+    expiry_unix_secs: u64,
+    cas: u64,
+    total_len: usize,
+    value: Vec<u8>,
+}
+
+/// The values one sender has sent part of (see the module docs), keyed by item key. Kept
+/// per sender, not per connection or lane: a resent or moved part continues the value.
+#[derive(Default)]
+pub struct Assembly {
+    items: HashMap<Vec<u8>, Partial>,
+    bytes: usize,
+}
+
+impl Assembly {
+    /// Values under construction.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether no value is under construction.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    fn forget(&mut self, key: &[u8]) {
+        if let Some(p) = self.items.remove(key) {
+            self.bytes -= p.value.len();
+        }
+    }
+
+    fn clear(&mut self) {
+        self.items.clear();
+        self.bytes = 0;
+    }
+
+    /// Adds one part; returns the whole item once its last part is in. Parts come in order,
+    /// possibly repeated (a part resent after a lost acknowledgement, or moved ahead of a
+    /// live record while its first copy was in flight): a repeat is ignored, a part that
+    /// starts a value replaces any older partial copy, and one that fits nowhere (never sent
+    /// by a correct master) drops the partial copy, with a warning. At most `bytes_max`
+    /// bytes are held; beyond that the largest partial copy is dropped.
+    #[allow(clippy::too_many_arguments)]
+    fn add(
+        &mut self,
+        key: &[u8],
+        flags: u32,
+        expiry_unix_secs: u64,
+        cas: u64,
+        total_len: u32,
+        offset: u32,
+        part: &[u8],
+        bytes_max: usize,
+    ) -> Option<Partial> {
+        let (total_len, offset) = (total_len as usize, offset as usize);
+        if offset == 0 {
+            self.forget(key);
+            self.items.insert(
+                key.to_vec(),
+                Partial {
+                    flags,
+                    expiry_unix_secs,
+                    cas,
+                    total_len,
+                    value: Vec::with_capacity(total_len),
+                },
+            );
+        }
+        let Some(p) = self.items.get_mut(key) else {
+            tracing::warn!(offset, "value part without its beginning: not stored");
+            return None;
+        };
+        if p.cas != cas || p.total_len != total_len {
+            tracing::warn!(
+                offset,
+                "value part of another version: partial copy dropped"
+            );
+            self.forget(key);
+            return None;
+        }
+        if offset + part.len() <= p.value.len() && offset != 0 {
+            return None; // a repeat
+        }
+        if offset != p.value.len() {
+            tracing::warn!(
+                offset,
+                have = p.value.len(),
+                "value part out of order: partial copy dropped"
+            );
+            self.forget(key);
+            return None;
+        }
+        p.value.extend_from_slice(part);
+        self.bytes += part.len();
+        if p.value.len() == p.total_len {
+            let done = self.items.remove(key);
+            self.bytes -= total_len;
+            return done;
+        }
+        while self.bytes > bytes_max {
+            let Some(biggest) = self
+                .items
+                .iter()
+                .max_by_key(|(_, p)| p.value.len())
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            tracing::warn!(
+                bytes = self.bytes,
+                "values in parts over their bound: the largest dropped"
+            );
+            self.forget(&biggest);
+        }
+        None
+    }
+}
+
 /// Applies a `Replicate` or `SnapshotChunk` payload to the backup's store, advancing
-/// `applied` (records at or below it are skipped) and leaving out keys `keep` refuses.
+/// `applied` (records at or below it are skipped), rebuilding values sent in parts in
+/// `parts` (at most `parts_bytes_max` bytes held) and leaving out keys `keep` refuses.
+/// Returns how many values it rebuilt from parts.
 pub fn apply_records(
     store: &Store,
     payload: &[u8],
     applied: &mut u64,
+    parts: &mut Assembly,
+    parts_bytes_max: usize,
     now: u32,
     keep: impl Fn(u64) -> bool,
-) -> Result<(), String> {
+) -> Result<u64, String> {
     use cellcache_store::{Expiry, OwnedItem};
+    let mut rebuilt = 0;
     for rec in ReplicationRecord::decode_all(payload) {
         let rec = rec.map_err(|e| e.to_string())?;
         if rec.seq <= *applied {
             continue;
         }
         *applied = rec.seq;
-        let key = match rec.op {
-            ReplicationOp::Set { key, .. }
-            | ReplicationOp::Delete { key }
-            | ReplicationOp::Touch { key, .. } => Some(key),
-            ReplicationOp::Flush { .. } => None,
-        };
+        let key = rec.op.key();
         if key.is_some_and(|k| !keep(cellcache_store::key_hash(k))) {
             continue; // not a key this cell holds a copy of (any more)
         }
+        match (key, &rec.op) {
+            (_, ReplicationOp::SetPart { .. }) => {}
+            // Any other change supersedes a value still arriving in parts.
+            (Some(k), _) => parts.forget(k),
+            (None, _) => parts.clear(),
+        }
         let expiry = |s: u64| Expiry::at(u32::try_from(s).unwrap_or(u32::MAX));
         let outcome = match rec.op {
+            ReplicationOp::SetPart {
+                key,
+                flags,
+                expiry_unix_secs,
+                cas,
+                total_len,
+                offset,
+                part,
+            } => {
+                let whole = parts.add(
+                    key,
+                    flags,
+                    expiry_unix_secs,
+                    cas,
+                    total_len,
+                    offset,
+                    part,
+                    parts_bytes_max,
+                );
+                let Some(p) = whole else { continue };
+                rebuilt += 1;
+                store.insert_item(
+                    &OwnedItem {
+                        key: key.to_vec(),
+                        value: p.value,
+                        flags: p.flags,
+                        expiry: expiry(p.expiry_unix_secs),
+                        cas: p.cas,
+                        stale: false,
+                    },
+                    now,
+                )
+            }
             ReplicationOp::Set {
                 key,
                 value,
@@ -881,7 +1062,7 @@ pub fn apply_records(
             tracing::debug!(error = %e, "replicated record not stored");
         }
     }
-    Ok(())
+    Ok(rebuilt)
 }
 
 #[cfg(test)]
@@ -944,6 +1125,7 @@ mod tests {
                     ReplicationOp::Touch { key, .. } => (r.seq, "touch", s(key), String::new()),
                     ReplicationOp::Delete { key } => (r.seq, "delete", s(key), String::new()),
                     ReplicationOp::Flush { .. } => (r.seq, "flush", String::new(), String::new()),
+                    ReplicationOp::SetPart { key, part, .. } => (r.seq, "part", s(key), s(part)),
                 }
             })
             .collect()
@@ -1072,5 +1254,167 @@ mod tests {
         assert_eq!(b.kind, FrameKind::Replicate, "resent until acknowledged");
         send(&t);
         assert_eq!(send(&t).expect("marker").kind, FrameKind::SnapshotDone);
+    }
+
+    /// `value` of `len` bytes, different per `version`.
+    fn big(len: usize, version: u8) -> Vec<u8> {
+        (0..len)
+            .map(|i| b'a' + ((i + version as usize) % 26) as u8)
+            .collect()
+    }
+
+    /// The records of one item, numbered from `first`.
+    fn item_records(key: &[u8], value: &[u8], cas: u64, part: usize, first: u64) -> Vec<Vec<u8>> {
+        let mut recs = encode_item(HashRange::FULL, key, value, 0, 0, cas, part).expect("encodes");
+        for (i, r) in recs.iter_mut().enumerate() {
+            r[SEQ_OFFSET..SEQ_OFFSET + 8].copy_from_slice(&(first + i as u64).to_le_bytes());
+        }
+        recs
+    }
+
+    fn stored(store: &Store, key: &[u8]) -> Option<(Vec<u8>, u64)> {
+        store.get(key, now_secs(), |v| (v.value.to_vec(), v.cas))
+    }
+
+    #[test]
+    fn values_sent_in_parts_are_rebuilt_once_their_last_part_arrives() {
+        let store = Store::new(cellcache_store::StoreConfig::default()).expect("store");
+        let (mut applied, mut parts) = (0, Assembly::default());
+        let mut apply = |payload: &[u8], applied: &mut u64| {
+            apply_records(
+                &store,
+                payload,
+                applied,
+                &mut parts,
+                1 << 20,
+                now_secs(),
+                |_| true,
+            )
+            .expect("applies")
+        };
+        let value = big(100_000, 0);
+        let recs = item_records(b"k", &value, 7, 30_000, 1);
+        assert_eq!(recs.len(), 4);
+        // Parts 1-2 arrive; nothing is stored yet.
+        assert_eq!(
+            apply(&[recs[0].clone(), recs[1].clone()].concat(), &mut applied),
+            0
+        );
+        assert_eq!(stored(&store, b"k"), None);
+        // Another key travels between the parts.
+        let other = item_records(b"other", b"small", 3, 30_000, 10);
+        assert_eq!(apply(&other[0], &mut applied), 0);
+        // A resent part (its acknowledgement was lost) is skipped by sequence; a moved copy
+        // of an applied part (new sequence, same bytes) is a repeat and ignored.
+        let moved = item_records(b"k", &value, 7, 30_000, 11);
+        assert_eq!(
+            apply(&[recs[1].clone(), moved[1].clone()].concat(), &mut applied),
+            0
+        );
+        // The rest, moved into the live lane with newer sequences, completes the value.
+        assert_eq!(
+            apply(&[moved[2].clone(), moved[3].clone()].concat(), &mut applied),
+            1
+        );
+        assert_eq!(stored(&store, b"k"), Some((value.clone(), 7)));
+        assert_eq!(stored(&store, b"other"), Some((b"small".to_vec(), 3)));
+        assert!(parts.is_empty());
+    }
+
+    #[test]
+    fn a_newer_change_supersedes_a_value_still_arriving_in_parts() {
+        let store = Store::new(cellcache_store::StoreConfig::default()).expect("store");
+        let (mut applied, mut parts) = (0, Assembly::default());
+        let old = item_records(b"k", &big(50_000, 1), 5, 20_000, 1);
+        let mut payload = old[0].clone();
+        // A newer whole value for the key, then a part of the old version that fits nowhere.
+        payload.extend(item_records(b"k", b"new", 6, 20_000, 2).concat());
+        payload.extend(
+            item_records(b"k", &big(50_000, 1), 5, 20_000, 2)[1]
+                .iter()
+                .copied(),
+        );
+        let last = SEQ_OFFSET..SEQ_OFFSET + 8;
+        let n = payload.len() - old[1].len();
+        payload[n + last.start..n + last.end].copy_from_slice(&3u64.to_le_bytes());
+        let rebuilt = apply_records(
+            &store,
+            &payload,
+            &mut applied,
+            &mut parts,
+            1 << 20,
+            now_secs(),
+            |_| true,
+        )
+        .expect("applies");
+        assert_eq!(rebuilt, 0);
+        assert_eq!(stored(&store, b"k"), Some((b"new".to_vec(), 6)));
+        assert!(parts.is_empty(), "no partial copy left behind");
+        // A new version's first part replaces an older partial copy.
+        let a = item_records(b"j", &big(50_000, 2), 8, 20_000, 10);
+        let b = item_records(b"j", &big(50_000, 3), 9, 20_000, 11);
+        let payload = [a[0].clone(), b.concat()].concat();
+        let rebuilt = apply_records(
+            &store,
+            &payload,
+            &mut applied,
+            &mut parts,
+            1 << 20,
+            now_secs(),
+            |_| true,
+        )
+        .expect("applies");
+        assert_eq!(rebuilt, 1);
+        assert_eq!(stored(&store, b"j"), Some((big(50_000, 3), 9)));
+        // Partial copies beyond the bound are dropped, largest first.
+        let c = item_records(b"c", &big(50_000, 4), 1, 20_000, 20);
+        let d = item_records(b"d", &big(50_000, 5), 1, 20_000, 30);
+        let payload = [c[0].clone(), c[1].clone(), d[0].clone()].concat();
+        apply_records(
+            &store,
+            &payload,
+            &mut applied,
+            &mut parts,
+            50_000,
+            now_secs(),
+            |_| true,
+        )
+        .expect("applies");
+        assert_eq!(parts.len(), 1, "the larger partial copy went");
+    }
+
+    #[test]
+    fn a_large_live_value_is_queued_in_parts_and_acknowledged_by_its_last() {
+        let r = replicator();
+        let t = Target::new(CellId::whole(2), 0);
+        let value = big(5000, 0);
+        let mut last = 0;
+        for b in item_records(b"big", &value, 1, 1024, 0) {
+            last = r.push(
+                &t,
+                1,
+                Entry::Record(b, Some(cellcache_store::key_hash(b"big"))),
+                LaneKind::Live,
+            );
+        }
+        let mut rebuilt = Vec::new();
+        let mut batches = 0;
+        while let Some(b) = send(&t) {
+            batches += 1;
+            assert!(
+                b.payload.len() <= 1024 + 128,
+                "one part per frame: {}",
+                b.payload.len()
+            );
+            for (_, kind, key, part) in records(&b) {
+                assert_eq!((kind, key.as_str()), ("part", "big"));
+                rebuilt.extend_from_slice(part.as_bytes());
+            }
+            if b.last == last {
+                assert!(send(&t).is_none());
+            }
+        }
+        assert_eq!(batches, 5);
+        assert_eq!(rebuilt, value);
     }
 }

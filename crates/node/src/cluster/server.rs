@@ -180,10 +180,16 @@ fn on_frame(cl: &Arc<Cluster>, from: &CellId, connection: u64, f: OwnedFrame, tx
                 tracing::debug!(peer = %from, "replication on a superseded connection: closing it");
                 return false;
             }
+            let super::Applied {
+                live,
+                snapshot,
+                parts,
+                ..
+            } = lanes;
             let seq = if f.kind == FrameKind::Replicate {
-                &mut lanes.live
+                live
             } else {
-                &mut lanes.snapshot
+                snapshot
             };
             let range = if f.kind == FrameKind::SnapshotDone {
                 match RangeSeq::decode(&f.payload) {
@@ -200,11 +206,24 @@ fn on_frame(cl: &Arc<Cluster>, from: &CellId, connection: u64, f: OwnedFrame, tx
                     Err(_) => return true,
                 }
             } else {
-                if let Err(e) =
-                    super::repl::apply_records(&cl.cell.store, &f.payload, seq, cl.cell.now(), keep)
-                {
-                    tracing::warn!(error = %e, "bad replication payload");
-                    return true;
+                match super::repl::apply_records(
+                    &cl.cell.store,
+                    &f.payload,
+                    seq,
+                    parts,
+                    cl.config.replication_backlog_bytes_max,
+                    cl.cell.now(),
+                    keep,
+                ) {
+                    Ok(rebuilt) => {
+                        cl.stats
+                            .values_rebuilt
+                            .fetch_add(rebuilt, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "bad replication payload");
+                        return true;
+                    }
                 }
                 HashRange::FULL
             };
@@ -242,14 +261,9 @@ fn on_frame(cl: &Arc<Cluster>, from: &CellId, connection: u64, f: OwnedFrame, tx
 
 /// Key hashes of a replication payload's records (`None` for a flush).
 fn record_hashes(payload: &[u8]) -> Vec<Option<u64>> {
-    use cellcache_cluster::wire::payload::{ReplicationOp, ReplicationRecord};
+    use cellcache_cluster::wire::payload::ReplicationRecord;
     ReplicationRecord::decode_all(payload)
         .filter_map(Result::ok)
-        .map(|r| match r.op {
-            ReplicationOp::Set { key, .. }
-            | ReplicationOp::Delete { key }
-            | ReplicationOp::Touch { key, .. } => Some(cellcache_store::key_hash(key)),
-            ReplicationOp::Flush { .. } => None,
-        })
+        .map(|r| r.op.key().map(cellcache_store::key_hash))
         .collect()
 }
