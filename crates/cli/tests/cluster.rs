@@ -834,3 +834,126 @@ fn large_values_replicate_and_move_in_parts() {
         },
     );
 }
+
+/// The link to a division's child is cut mid-snapshot for longer than the suspicion
+/// timeout: the hand-off pauses (nothing waits for a child that has not caught up) and,
+/// once the child is reachable again, resumes from the last acknowledged record rather
+/// than aborting or starting over. Writes through the parent succeed throughout.
+#[test]
+fn a_hand_off_cut_off_mid_snapshot_resumes_where_it_stopped() {
+    use cellcache_testkit::proxy::{Faults, Mode, Proxy};
+    use std::collections::HashMap;
+    use std::net::SocketAddr;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+    if common::is_memcached() {
+        return;
+    }
+    let env = [("CELLCACHE_CLUSTER__REPLICATION_CHUNK_BYTES", "16384")];
+    let mut ring = Ring::start_with_env(1, &["-m", "32"], &env);
+    let mut c = ring.cells[0].connect();
+    let ballast = "b".repeat(1000);
+    for i in 0..400 {
+        c.roundtrip(
+            format!("set ballast{i} 0 0 1000\r\n{ballast}\r\n").as_bytes(),
+            b"STORED\r\n",
+        );
+    }
+    // The child is reached through a proxy: 100 kB/s, so the 400 kB snapshot is still
+    // streaming when the cut comes.
+    let peer = common::free_peer_port();
+    let proxy = Proxy::start(
+        SocketAddr::from(([127, 0, 0, 2], peer)),
+        SocketAddr::from(([127, 0, 0, 1], peer)),
+    )
+    .expect("proxy");
+    let slow = Faults {
+        bandwidth_bytes_per_sec: Some(100_000),
+        ..Faults::default()
+    };
+    proxy.set_faults(slow);
+    let peer_arg = peer.to_string();
+    let mut child_env = env.to_vec();
+    child_env.push(("CELLCACHE_CLUSTER__ADVERTISE_HOST", "127.0.0.2"));
+    ring.cells.push(common::Server::start_with_env(
+        &["-m", "32", "--standby", "--peer-port", &peer_arg],
+        &child_env,
+    ));
+    let stop = Arc::new(AtomicBool::new(false));
+    let addr = ring.cells[0].addr;
+    let writer = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut c = common::Client::to(addr);
+            let mut acked: HashMap<String, String> = HashMap::new();
+            let mut refused = Vec::new();
+            for i in 0..50_000u64 {
+                if stop.load(Ordering::Acquire) {
+                    break;
+                }
+                let (key, value) = (format!("w{}", i % 50), format!("v{i}"));
+                c.send(format!("set {key} 0 0 {}\r\n{value}\r\n", value.len()).as_bytes());
+                match c.line().as_str() {
+                    "STORED" => {
+                        acked.insert(key, value);
+                    }
+                    other => {
+                        refused.push(other.to_string());
+                        acked.remove(&key); // outcome unknown
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            (acked, refused)
+        })
+    };
+    let stat =
+        |ring: &Ring, name: &str| -> u64 { ring.cells[0].connect().stat(name).parse().unwrap() };
+    let before = proxy.bytes_forwarded();
+    let parent = ring.id(0);
+    let reply = ring.command(1, &format!("cluster invite {addr} {parent}"));
+    assert!(reply.starts_with("OK "), "{reply}");
+    common::wait_until(
+        "a quarter of the snapshot crossed",
+        Duration::from_secs(30),
+        Duration::from_millis(10),
+        || proxy.bytes_forwarded() - before > 100_000,
+    );
+    // Cut: every connection to the child and every reconnection is reset, for three times
+    // the suspicion timeout.
+    proxy.set_faults(Faults {
+        mode: Mode::Reset,
+        ..slow
+    });
+    std::thread::sleep(Duration::from_millis(2_100));
+    let status = ring.status(0);
+    assert_eq!(
+        status
+            .iter()
+            .filter(|l| l.starts_with("CELL") && l.contains(" active "))
+            .count(),
+        1,
+        "the division is still under way after the cut: {status:?}"
+    );
+    proxy.set_faults(slow);
+    ring.wait_formed(2);
+    stop.store(true, Ordering::Release);
+    let (acked, refused) = writer.join().expect("writer");
+    assert_eq!(refused, Vec::<String>::new(), "no write refused");
+    assert_eq!(
+        stat(&ring, "cluster_handoff_streams"),
+        1,
+        "one snapshot stream, resumed, not restarted"
+    );
+    assert_eq!(acked.len(), 50, "every key written");
+    proxy.set_faults(Faults::default());
+    let mut c = ring.cells[1].connect();
+    for (key, value) in &acked {
+        assert_eq!(get(&mut c, key).as_deref(), Some(value.as_str()), "{key}");
+    }
+    for i in 0..400 {
+        assert_eq!(get(&mut c, &format!("ballast{i}")), Some(ballast.clone()));
+    }
+    drop(proxy);
+}

@@ -30,7 +30,8 @@
 //!   The simulator found this case; the price is that cells stop serving as masters when the
 //!   consensus group has had no quorum for `map_lease_ms`.
 //! - **Orchestration.** A division's parent starts the hand-off, proposes the flip once the
-//!   node reports the child caught up (or the abort after `handoff_timeout_ms`); an absorption's
+//!   node reports the child caught up (or the abort after `handoff_timeout_ms`, or after the
+//!   child was silent `handoff_stall_timeout_ms` before catching up); an absorption's
 //!   successor proposes its completion once re-replication to and from it is done.
 //!
 //! Proposals are computed against the installed map's epoch and re-issued at most every
@@ -496,16 +497,22 @@ impl Ring {
         }
         // Division hand-offs led by this cell.
         for (child, h) in self.handoffs.clone() {
-            let child_silent =
-                now_ms.saturating_sub(h.last_ack_ms) >= self.config.suspicion_timeout_ms;
+            let silent_ms = now_ms.saturating_sub(h.last_ack_ms);
+            let child_silent = silent_ms >= self.config.suspicion_timeout_ms;
+            // Before it caught up, no write waits for the child: an outage only pauses the
+            // stream, which resumes from the last acknowledged record, so the child is given
+            // `handoff_stall_timeout_ms`. Once caught up, the parent's writes wait for it, so
+            // a silent child is not waited for longer than a crashed backup would be.
+            let stalled = if h.caught_up {
+                child_silent
+            } else {
+                silent_ms >= self.config.handoff_stall_timeout_ms
+            };
             if h.caught_up && !child_silent {
                 self.propose(Change::CompleteDivision { child }, epoch, now_ms);
-            } else if child_silent
+            } else if stalled
                 || now_ms.saturating_sub(h.started_ms) >= self.config.handoff_timeout_ms
             {
-                // A child that stopped answering is not waited for until the hand-off
-                // timeout: the parent replicates every write of its range to it meanwhile, so
-                // the fault tests saw every write refused for that long.
                 self.propose(Change::AbortDivision { child }, epoch, now_ms);
             } else if now_ms.saturating_sub(h.last_emitted_ms) >= self.config.resync_retry_ms {
                 if let Some(range) = self.map.cell(&self.me).and_then(|c| c.range) {

@@ -129,6 +129,16 @@ fn general(cell: &Cell, now: u32, out: &mut Vec<u8>) {
         );
         stat(
             out,
+            "cluster_handoff_streams",
+            cl.stats.handoff_streams.load(Relaxed),
+        );
+        stat(
+            out,
+            "cluster_resync_streams",
+            cl.stats.resync_streams.load(Relaxed),
+        );
+        stat(
+            out,
             "cluster_values_rebuilt",
             cl.stats.values_rebuilt.load(Relaxed),
         );

@@ -38,6 +38,11 @@ pub struct RingConfig {
     pub proposal_retry_ms: u64,
     /// A division not caught up after this long is aborted.
     pub handoff_timeout_ms: u64,
+    /// A division child silent this long before it caught up aborts the division. A shorter
+    /// outage only pauses the hand-off, which then resumes from the last record the child
+    /// acknowledged. (Once caught up, the parent's writes wait for the child, so silence
+    /// then aborts after `suspicion_timeout_ms`.)
+    pub handoff_stall_timeout_ms: u64,
     /// A re-replication not reported done after this long is started again.
     pub resync_retry_ms: u64,
     /// How long a confirmation from the consensus group that our map is current stays good
@@ -57,6 +62,7 @@ impl Default for RingConfig {
             clock_drift_margin_ms: 100,
             proposal_retry_ms: 500,
             handoff_timeout_ms: 60_000,
+            handoff_stall_timeout_ms: 10_000,
             resync_retry_ms: 5_000,
             map_lease_ms: 2_000,
         }

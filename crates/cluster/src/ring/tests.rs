@@ -346,6 +346,27 @@ fn division_parent_streams_then_proposes_the_flip_or_the_abort() {
     y.drain_outputs();
     y.tick(cfg.handoff_timeout_ms);
     assert!(proposals(&y.drain_outputs()).contains(&Change::AbortDivision { child: id("1.5") }));
+
+    // A child silent before it caught up only pauses the hand-off (nothing waits for it);
+    // `handoff_stall_timeout_ms` of silence aborts it.
+    let abort = Change::AbortDivision { child: id("1.5") };
+    let mut z = Ring::new(id("1"), map.clone(), cfg, 0);
+    z.install_map(begin(&map, 8), 0);
+    z.drain_outputs();
+    z.tick(cfg.handoff_stall_timeout_ms - 1);
+    assert!(!proposals(&z.drain_outputs()).contains(&abort));
+    z.tick(cfg.handoff_stall_timeout_ms);
+    assert!(proposals(&z.drain_outputs()).contains(&abort));
+    // Once caught up the parent's writes wait for the child: silence aborts after the
+    // suspicion timeout, as for a backup.
+    let mut w = Ring::new(id("1"), map.clone(), cfg, 0);
+    w.install_map(begin(&map, 8), 0);
+    w.drain_outputs();
+    w.handoff_caught_up(&id("1.5"));
+    w.tick(cfg.suspicion_timeout_ms - 1);
+    assert!(!proposals(&w.drain_outputs()).contains(&abort));
+    w.tick(cfg.suspicion_timeout_ms);
+    assert!(proposals(&w.drain_outputs()).contains(&abort));
 }
 
 #[test]

@@ -52,6 +52,10 @@ pub struct ClusterStats {
     /// Replicated items that arrived in parts (values over `replication_chunk_bytes`) and
     /// were rebuilt and stored.
     pub values_rebuilt: AtomicU64,
+    /// Snapshot streams started as a division's parent (a restart counts again).
+    pub handoff_streams: AtomicU64,
+    /// Snapshot streams started to re-replicate a range to a backup.
+    pub resync_streams: AtomicU64,
 }
 
 /// This cell's membership of a ring; see the module docs.
@@ -255,13 +259,31 @@ impl Cluster {
             self.repl.check_waiters();
             for t in self.repl.targets() {
                 if t.take_needs_resync() {
-                    let range = self.ring.lock().map().cell(&self.me).and_then(|c| c.range);
+                    let (range, handoff) = {
+                        let ring = self.ring.lock();
+                        let map = ring.map();
+                        let range = map.cell(&self.me).and_then(|c| c.range);
+                        (range, self.children_in(map).contains(&t.to))
+                    };
                     if let Some(range) = range {
-                        self.start_stream(t.to.clone(), range, false);
+                        self.start_stream(t.to.clone(), range, handoff);
                     }
                 }
             }
         }
+    }
+
+    /// The children of the divisions this cell leads as parent in `map`.
+    fn children_in(&self, map: &ClusterMap) -> Vec<CellId> {
+        map.migrations()
+            .iter()
+            .filter_map(|m| match m {
+                Migration::Division { parent, child, .. } if *parent == self.me => {
+                    Some(child.clone())
+                }
+                _ => None,
+            })
+            .collect()
     }
 
     /// Handles a ring message from a peer.
@@ -308,7 +330,7 @@ impl Cluster {
     /// Replication targets and range under the installed map: backups, plus division
     /// children this cell parents, plus cells it streams to right now.
     fn refresh_layout(self: &Arc<Self>) {
-        let (epoch, master, mut targets) = {
+        let (epoch, master, mut targets, children) = {
             let ring = self.ring.lock();
             let map = ring.map();
             let me = map.cell(&self.me);
@@ -319,14 +341,13 @@ impl Cluster {
             } else {
                 Vec::new()
             };
-            for m in map.migrations() {
-                if let Migration::Division { parent, child, .. } = m {
-                    if *parent == self.me && !targets.contains(child) {
-                        targets.push(child.clone());
-                    }
+            let children = self.children_in(map);
+            for child in &children {
+                if !targets.contains(child) {
+                    targets.push(child.clone());
                 }
             }
-            (map.epoch(), master, targets)
+            (map.epoch(), master, targets, children)
         };
         for (to, _) in self.streams.lock().iter() {
             if !targets.contains(to) {
@@ -348,6 +369,7 @@ impl Cluster {
             epoch,
             master,
             &targets,
+            &children,
             &self.handle,
             &link_for,
             &on_refused,
@@ -498,6 +520,12 @@ impl Cluster {
             return;
         }
         self.refresh_layout();
+        let started = if handoff {
+            &self.stats.handoff_streams
+        } else {
+            &self.stats.resync_streams
+        };
+        started.fetch_add(1, Ordering::Relaxed);
         let cl = self.clone();
         tracing::info!(to = %to, %range, handoff, "streaming range");
         self.handle.spawn(async move {

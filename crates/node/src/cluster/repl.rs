@@ -116,11 +116,15 @@ pub struct Target {
     closed: AtomicBool,
     /// Its backlog overflowed and was dropped: it needs a fresh snapshot of the range.
     needs_resync: AtomicBool,
+    /// Sync writes wait for its acknowledgement. A backup's always are; a division child's
+    /// only from the end of its snapshot (see [`Replicator::stream`]).
+    waited: AtomicBool,
 }
 
 impl Target {
-    /// A target whose stream starts after sequence `from`.
-    fn new(to: CellId, from: u64) -> Target {
+    /// A target whose stream starts after sequence `from`; sync writes wait for it if
+    /// `waited`.
+    fn new(to: CellId, from: u64, waited: bool) -> Target {
         Target {
             to,
             state: Mutex::new(TargetState {
@@ -137,6 +141,7 @@ impl Target {
             wake: tokio::sync::Notify::new(),
             closed: AtomicBool::new(false),
             needs_resync: AtomicBool::new(false),
+            waited: AtomicBool::new(waited),
         }
     }
 
@@ -247,13 +252,16 @@ impl Replicator {
     }
 
     /// Sets the replicated range and the set of targets; new targets get a sender task on
-    /// `rt` sending through `link_for`. Removed targets stop.
+    /// `rt` sending through `link_for`. Removed targets stop. Targets in `children` are
+    /// division children: a new one is not waited for until its snapshot ends; every other
+    /// target is (a child that became a backup included).
     #[allow(clippy::too_many_arguments)]
     pub fn set_layout(
         self: &Arc<Self>,
         epoch: u64,
         master: Option<HashRange>,
         targets: &[CellId],
+        children: &[CellId],
         rt: &tokio::runtime::Handle,
         link_for: &LinkFor,
         on_refused: &OnRefused,
@@ -274,10 +282,14 @@ impl Replicator {
             }
         }
         for c in targets {
-            if layout.targets.contains_key(c) {
+            if let Some(t) = layout.targets.get(c) {
+                if !children.contains(c) {
+                    t.waited.store(true, Ordering::Release);
+                }
                 continue;
             }
-            let t = Arc::new(Target::new(c.clone(), self.seq.load(Ordering::Acquire)));
+            let from = self.seq.load(Ordering::Acquire);
+            let t = Arc::new(Target::new(c.clone(), from, !children.contains(c)));
             layout.targets.insert(c.clone(), t.clone());
             rt.spawn(self.clone().sender(t, link_for.clone(), on_refused.clone()));
         }
@@ -617,6 +629,11 @@ impl Replicator {
                 }
             }
         }
+        // From here on writes wait for the target (a division child until now was not): every
+        // write recorded before this is in the live lane ahead of the marker, which is sent
+        // only once they are all acknowledged; every later one is waited for. So when the
+        // marker is acknowledged, each write either reached the target or its client waits.
+        t.waited.store(true, Ordering::Release);
         let marker = self.push(&t, epoch, Entry::Done(range), LaneKind::Snapshot);
         loop {
             if t.closed.load(Ordering::Acquire) {
@@ -829,7 +846,9 @@ impl ChangeSink for Replicator {
                 let entry = Entry::Record(b.clone(), hash);
                 last = self.push(&t, epoch, entry, LaneKind::Live);
             }
-            positions.push((t, last));
+            if t.waited.load(Ordering::Acquire) {
+                positions.push((t, last));
+            }
         }
         CAPTURE.with(|c| {
             if let Some(v) = c.borrow_mut().as_mut() {
@@ -1146,7 +1165,7 @@ mod tests {
     #[test]
     fn a_live_record_is_sent_ahead_of_queued_snapshot_chunks() {
         let r = replicator();
-        let t = Target::new(CellId::whole(2), 0);
+        let t = Target::new(CellId::whole(2), 0, true);
         let value = "v".repeat(200);
         for i in 0..40 {
             r.push(&t, 1, set(&format!("snap{i}"), &value), LaneKind::Snapshot);
@@ -1183,7 +1202,7 @@ mod tests {
     #[test]
     fn a_live_record_takes_the_older_snapshot_copy_of_its_key_along() {
         let r = replicator();
-        let t = Target::new(CellId::whole(2), 0);
+        let t = Target::new(CellId::whole(2), 0, true);
         r.push(&t, 1, set("a", "old-a"), LaneKind::Snapshot);
         r.push(&t, 1, set("b", "old-b"), LaneKind::Snapshot);
         r.push(&t, 1, set("c", "old-c"), LaneKind::Snapshot);
@@ -1220,7 +1239,7 @@ mod tests {
     #[test]
     fn a_live_flush_drops_the_snapshot_items_queued_before_it() {
         let r = replicator();
-        let t = Target::new(CellId::whole(2), 0);
+        let t = Target::new(CellId::whole(2), 0, true);
         r.push(&t, 1, set("a", "1"), LaneKind::Snapshot);
         r.push(&t, 1, set("b", "2"), LaneKind::Snapshot);
         let flush = Entry::Record(encode(ReplicationOp::Flush { at_unix_secs: 5 }), None);
@@ -1244,7 +1263,7 @@ mod tests {
     #[test]
     fn the_snapshot_marker_waits_for_every_earlier_live_record() {
         let r = replicator();
-        let t = Target::new(CellId::whole(2), 0);
+        let t = Target::new(CellId::whole(2), 0, true);
         r.push(&t, 1, Entry::Done(HashRange::FULL), LaneKind::Snapshot);
         let live = r.push(&t, 1, set("x", "1"), LaneKind::Live);
         // Not acknowledged yet: the next batch is still the live record, not the marker.
@@ -1386,7 +1405,7 @@ mod tests {
     #[test]
     fn a_large_live_value_is_queued_in_parts_and_acknowledged_by_its_last() {
         let r = replicator();
-        let t = Target::new(CellId::whole(2), 0);
+        let t = Target::new(CellId::whole(2), 0, true);
         let value = big(5000, 0);
         let mut last = 0;
         for b in item_records(b"big", &value, 1, 1024, 0) {
