@@ -210,6 +210,19 @@ fn every_mutation_replicates_with_its_cas() {
     c[1].roundtrip(b"ms meta1 2 T0\r\nhi\r\n", b"HD\r\n");
     same_on_both(&mut c, "meta1").unwrap();
     c[2].roundtrip(b"mg meta1 v\r\n", b"VA 2\r\nhi\r\n");
+    // An invalidation (`md … I`) marks the item stale on the backup too: an eventual read
+    // there sees the stale flag, as a read at the master does.
+    c[1].roundtrip(b"ms meta2 2 T0\r\nhi\r\n", b"HD\r\n");
+    c[2].roundtrip(b"md meta2 I\r\n", b"HD\r\n");
+    for i in holders(&mut c, "meta2") {
+        c[i].send(b"mg meta2 v Y\r\n");
+        let header = c[i].line();
+        assert!(
+            header.starts_with("VA 2 ") && header.split(' ').any(|f| f == "X"),
+            "cell {i}: {header}"
+        );
+        assert_eq!(c[i].line(), "hi");
+    }
     // flush_all through one cell empties every cell, masters and backups.
     c[0].roundtrip(b"flush_all\r\n", b"OK\r\n");
     for i in 0..3 {
@@ -283,6 +296,7 @@ fn a_deposed_master_gets_no_acknowledgement() {
             range: HashRange::FULL,
             seq,
             op: ReplicationOp::Set {
+                stale: false,
                 key: key.as_bytes(),
                 value: v,
                 flags: 0,

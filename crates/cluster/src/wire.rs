@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 /// First two bytes of every frame.
 pub const MAGIC: u16 = 0xCE11;
 /// Version of this layout; a receiver refuses any other.
-pub const WIRE_VERSION: u8 = 1;
+pub const WIRE_VERSION: u8 = 2;
 /// Bytes before the payload.
 pub const HEADER_BYTES: usize = 24;
 /// Bytes after the payload.
@@ -274,7 +274,8 @@ mod tests {
 
     #[test]
     fn golden_bytes() {
-        // Pins the layout: a change here breaks every deployed peer.
+        // Pins the layout: a change here breaks every deployed peer. Version 2: replication
+        // records carry the stale bit and large values travel as `SetPart`s.
         let mut out = Vec::new();
         encode(
             &small(),
@@ -286,7 +287,7 @@ mod tests {
         )
         .unwrap();
         let mut expected = vec![
-            0x11, 0xCE, 1, 2, 7, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0,
+            0x11, 0xCE, 2, 2, 7, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0,
         ];
         expected.extend_from_slice(b"get a\r\n");
         expected.extend_from_slice(&crc32fast::hash(&expected).to_le_bytes());

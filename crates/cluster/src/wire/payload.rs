@@ -8,12 +8,15 @@
 //!
 //! ```text
 //! record  := op:u8  range.start:u64  range.end:u64  seq:u64  body
-//! Set     := key_len:u8 key  flags:u32  expiry_unix_secs:u64  cas:u64  value_len:u32 value
+//! Set     := key_len:u8 key  flags:u32  expiry_unix_secs:u64  cas:u64  stale:u8
+//!            value_len:u32 value
 //! Delete  := key_len:u8 key
 //! Touch   := key_len:u8 key  expiry_unix_secs:u64
 //! Flush   := at_unix_secs:u64
-//! SetPart := key_len:u8 key  flags:u32  expiry_unix_secs:u64  cas:u64
+//! SetPart := key_len:u8 key  flags:u32  expiry_unix_secs:u64  cas:u64  stale:u8
 //!            total_len:u32  offset:u32  part_len:u32 part
+//!
+//! `stale` is 1 for an item marked stale by a meta invalidation (`md … I`), else 0.
 //! ack / snapshot-done := range.start:u64 range.end:u64 seq:u64
 //! ```
 
@@ -40,6 +43,7 @@ pub enum ReplicationOp<'a> {
         flags: u32,
         expiry_unix_secs: u64,
         cas: u64,
+        stale: bool,
     },
     /// The item is gone.
     Delete { key: &'a [u8] },
@@ -59,6 +63,7 @@ pub enum ReplicationOp<'a> {
         flags: u32,
         expiry_unix_secs: u64,
         cas: u64,
+        stale: bool,
         total_len: u32,
         offset: u32,
         part: &'a [u8],
@@ -115,6 +120,13 @@ impl<'a> Reader<'a> {
     fn u8(&mut self) -> Result<u8, WireError> {
         Ok(self.take(1)?[0])
     }
+    fn flag(&mut self) -> Result<bool, WireError> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(WireError::Payload("flag byte not 0 or 1")),
+        }
+    }
     fn u32(&mut self) -> Result<u32, WireError> {
         let mut b = [0u8; 4];
         b.copy_from_slice(self.take(4)?);
@@ -168,12 +180,14 @@ impl<'a> ReplicationRecord<'a> {
                 flags,
                 expiry_unix_secs,
                 cas,
+                stale,
             } => put_key(out, key).and_then(|()| {
                 let len = u32::try_from(value.len())
                     .map_err(|_| WireError::Payload("value longer than u32"))?;
                 out.extend_from_slice(&flags.to_le_bytes());
                 out.extend_from_slice(&expiry_unix_secs.to_le_bytes());
                 out.extend_from_slice(&cas.to_le_bytes());
+                out.push(u8::from(stale));
                 out.extend_from_slice(&len.to_le_bytes());
                 out.extend_from_slice(value);
                 Ok(())
@@ -194,6 +208,7 @@ impl<'a> ReplicationRecord<'a> {
                 flags,
                 expiry_unix_secs,
                 cas,
+                stale,
                 total_len,
                 offset,
                 part,
@@ -207,6 +222,7 @@ impl<'a> ReplicationRecord<'a> {
                 out.extend_from_slice(&flags.to_le_bytes());
                 out.extend_from_slice(&expiry_unix_secs.to_le_bytes());
                 out.extend_from_slice(&cas.to_le_bytes());
+                out.push(u8::from(stale));
                 out.extend_from_slice(&total_len.to_le_bytes());
                 out.extend_from_slice(&offset.to_le_bytes());
                 out.extend_from_slice(&len.to_le_bytes());
@@ -232,6 +248,7 @@ impl<'a> ReplicationRecord<'a> {
                 let flags = r.u32()?;
                 let expiry_unix_secs = r.u64()?;
                 let cas = r.u64()?;
+                let stale = r.flag()?;
                 let len = r.u32()? as usize;
                 let value = r.take(len)?;
                 ReplicationOp::Set {
@@ -240,6 +257,7 @@ impl<'a> ReplicationRecord<'a> {
                     flags,
                     expiry_unix_secs,
                     cas,
+                    stale,
                 }
             }
             OP_DELETE => ReplicationOp::Delete { key: r.key()? },
@@ -255,6 +273,7 @@ impl<'a> ReplicationRecord<'a> {
                 let flags = r.u32()?;
                 let expiry_unix_secs = r.u64()?;
                 let cas = r.u64()?;
+                let stale = r.flag()?;
                 let total_len = r.u32()?;
                 let offset = r.u32()?;
                 let len = r.u32()?;
@@ -266,6 +285,7 @@ impl<'a> ReplicationRecord<'a> {
                     flags,
                     expiry_unix_secs,
                     cas,
+                    stale,
                     total_len,
                     offset,
                     part: r.take(len as usize)?,
@@ -299,18 +319,34 @@ impl<'a> ReplicationRecord<'a> {
     }
 }
 
+/// The full state of one item, as replication carries it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ItemState<'a> {
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+    pub flags: u32,
+    pub expiry_unix_secs: u64,
+    pub cas: u64,
+    /// Marked stale by a meta invalidation.
+    pub stale: bool,
+}
+
 /// Encodes the state of one item as records of at most about `part_bytes` of value each: one
 /// `Set` when the value fits, else consecutive `SetPart`s (sequence numbers are filled in
 /// later by whoever orders the stream).
 pub fn encode_item(
     range: HashRange,
-    key: &[u8],
-    value: &[u8],
-    flags: u32,
-    expiry_unix_secs: u64,
-    cas: u64,
+    item: &ItemState<'_>,
     part_bytes: usize,
 ) -> Result<Vec<Vec<u8>>, WireError> {
+    let ItemState {
+        key,
+        value,
+        flags,
+        expiry_unix_secs,
+        cas,
+        stale,
+    } = *item;
     let record = |op| {
         let mut b = Vec::with_capacity(key.len() + value.len().min(part_bytes) + 64);
         ReplicationRecord { range, seq: 0, op }
@@ -324,6 +360,7 @@ pub fn encode_item(
             flags,
             expiry_unix_secs,
             cas,
+            stale,
         })?]);
     }
     let total_len =
@@ -337,6 +374,7 @@ pub fn encode_item(
             flags,
             expiry_unix_secs,
             cas,
+            stale,
             total_len,
             offset,
             part,
@@ -390,7 +428,7 @@ mod tests {
 
     #[derive(Debug, Clone)]
     enum OwnedOp {
-        Set(Vec<u8>, Vec<u8>, u32, u64, u64),
+        Set(Vec<u8>, Vec<u8>, u32, u64, u64, bool),
         Delete(Vec<u8>),
         Touch(Vec<u8>, u64),
         Flush(u64),
@@ -400,12 +438,13 @@ mod tests {
     impl OwnedOp {
         fn op(&self) -> ReplicationOp<'_> {
             match self {
-                OwnedOp::Set(k, v, f, e, c) => ReplicationOp::Set {
+                OwnedOp::Set(k, v, f, e, c, st) => ReplicationOp::Set {
                     key: k,
                     value: v,
                     flags: *f,
                     expiry_unix_secs: *e,
                     cas: *c,
+                    stale: *st,
                 },
                 OwnedOp::Delete(k) => ReplicationOp::Delete { key: k },
                 OwnedOp::Touch(k, e) => ReplicationOp::Touch {
@@ -418,6 +457,7 @@ mod tests {
                     flags: 3,
                     expiry_unix_secs: 9,
                     cas: *c,
+                    stale: *c % 2 == 0,
                     total_len: offset + p.len() as u32 + 5,
                     offset: *offset,
                     part: p,
@@ -433,9 +473,10 @@ mod tests {
                 proptest::collection::vec(any::<u8>(), 0..200),
                 any::<u32>(),
                 any::<u64>(),
-                any::<u64>()
+                any::<u64>(),
+                any::<bool>()
             )
-                .prop_map(|(k, v, f, e, c)| OwnedOp::Set(k, v, f, e, c)),
+                .prop_map(|(k, v, f, e, c, st)| OwnedOp::Set(k, v, f, e, c, st)),
             arb_key().prop_map(OwnedOp::Delete),
             (arb_key(), any::<u64>()).prop_map(|(k, e)| OwnedOp::Touch(k, e)),
             any::<u64>().prop_map(OwnedOp::Flush),
@@ -473,11 +514,19 @@ mod tests {
     #[test]
     fn a_large_value_is_cut_into_ordered_parts_that_rebuild_it() {
         let value: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
-        let small = encode_item(HashRange::FULL, b"k", b"tiny", 1, 2, 3, 1000).unwrap();
+        let item = |value| ItemState {
+            key: b"k",
+            value,
+            flags: 1,
+            expiry_unix_secs: 2,
+            cas: 3,
+            stale: true,
+        };
+        let small = encode_item(HashRange::FULL, &item(b"tiny"), 1000).unwrap();
         assert_eq!(small.len(), 1);
         let (rec, _) = ReplicationRecord::decode(&small[0]).unwrap();
         assert!(matches!(rec.op, ReplicationOp::Set { value: b"tiny", .. }));
-        let parts = encode_item(HashRange::FULL, b"k", &value, 1, 2, 3, 3000).unwrap();
+        let parts = encode_item(HashRange::FULL, &item(&value), 3000).unwrap();
         assert_eq!(parts.len(), 4);
         let mut rebuilt = Vec::new();
         for p in &parts {
@@ -488,6 +537,7 @@ mod tests {
                 flags,
                 expiry_unix_secs,
                 cas,
+                stale,
                 total_len,
                 offset,
                 part,
@@ -496,6 +546,7 @@ mod tests {
                 panic!("a part: {rec:?}")
             };
             assert_eq!((key, flags, expiry_unix_secs, cas), (&b"k"[..], 1, 2, 3));
+            assert!(stale);
             assert_eq!(total_len as usize, value.len());
             assert_eq!(offset as usize, rebuilt.len());
             assert!(part.len() <= 3000);
@@ -511,6 +562,7 @@ mod tests {
                 flags: 0,
                 expiry_unix_secs: 0,
                 cas: 1,
+                stale: false,
                 total_len: 4,
                 offset: 3,
                 part: b"xy",
@@ -518,7 +570,7 @@ mod tests {
         };
         assert!(bad.encode(&mut Vec::new()).is_err());
         let mut forged = parts[3].clone();
-        let total_at = 1 + 24 + 2 + 4 + 8 + 8;
+        let total_at = 1 + 24 + 2 + 4 + 8 + 8 + 1;
         forged[total_at..total_at + 4].copy_from_slice(&1u32.to_le_bytes());
         assert!(ReplicationRecord::decode(&forged).is_err());
     }

@@ -58,7 +58,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use cellcache_cluster::wire::FrameKind;
-use cellcache_cluster::wire::payload::{RangeSeq, ReplicationOp, ReplicationRecord, encode_item};
+use cellcache_cluster::wire::payload::{
+    ItemState, RangeSeq, ReplicationOp, ReplicationRecord, encode_item,
+};
 use cellcache_cluster::{CellId, HashRange};
 use cellcache_store::{Change, ChangeKind, ChangeSink, ScanCursor, Store};
 use parking_lot::Mutex;
@@ -595,15 +597,15 @@ impl Replicator {
             let now = now_secs();
             let mut bytes = 0usize;
             cursor = store.scan_range(store_range, now, c, |item| {
-                let Ok(records) = encode_item(
-                    range,
-                    item.key,
-                    item.value,
-                    item.flags,
-                    u64::from(item.expiry.as_unix_secs()),
-                    item.cas,
-                    policy.chunk_bytes,
-                ) else {
+                let state = ItemState {
+                    key: item.key,
+                    value: item.value,
+                    flags: item.flags,
+                    expiry_unix_secs: u64::from(item.expiry.as_unix_secs()),
+                    cas: item.cas,
+                    stale: item.stale,
+                };
+                let Ok(records) = encode_item(range, &state, policy.chunk_bytes) else {
                     return;
                 };
                 let hash = cellcache_store::key_hash(item.key);
@@ -770,13 +772,14 @@ impl ChangeSink for Replicator {
                 flags,
                 expiry,
                 cas,
-                stale: _,
+                stale,
             } => ReplicationOp::Set {
                 key,
                 value,
                 flags,
                 expiry_unix_secs: u64::from(expiry.as_unix_secs()),
                 cas,
+                stale,
             },
             ChangeKind::Delete { key } => ReplicationOp::Delete { key },
             ChangeKind::Touch { key, expiry } => ReplicationOp::Touch {
@@ -814,15 +817,18 @@ impl ChangeSink for Replicator {
                 flags,
                 expiry_unix_secs,
                 cas,
-            } => encode_item(
-                master,
-                key,
-                value,
-                flags,
-                expiry_unix_secs,
-                cas,
-                self.policy().chunk_bytes,
-            ),
+                stale,
+            } => {
+                let item = ItemState {
+                    key,
+                    value,
+                    flags,
+                    expiry_unix_secs,
+                    cas,
+                    stale,
+                };
+                encode_item(master, &item, self.policy().chunk_bytes)
+            }
             op => {
                 let mut b = Vec::new();
                 ReplicationRecord {
@@ -858,12 +864,19 @@ impl ChangeSink for Replicator {
     }
 }
 
-/// A value being rebuilt from its parts.
-struct Partial {
+/// What every part of one value repeats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PartMeta {
     flags: u32,
     expiry_unix_secs: u64,
     cas: u64,
+    stale: bool,
     total_len: usize,
+}
+
+/// A value being rebuilt from its parts.
+struct Partial {
+    meta: PartMeta,
     value: Vec<u8>,
 }
 
@@ -903,37 +916,24 @@ impl Assembly {
     /// starts a value replaces any older partial copy, and one that fits nowhere (never sent
     /// by a correct master) drops the partial copy, with a warning. At most `bytes_max`
     /// bytes are held; beyond that the largest partial copy is dropped.
-    #[allow(clippy::too_many_arguments)]
     fn add(
         &mut self,
         key: &[u8],
-        flags: u32,
-        expiry_unix_secs: u64,
-        cas: u64,
-        total_len: u32,
-        offset: u32,
+        meta: PartMeta,
+        offset: usize,
         part: &[u8],
         bytes_max: usize,
     ) -> Option<Partial> {
-        let (total_len, offset) = (total_len as usize, offset as usize);
         if offset == 0 {
             self.forget(key);
-            self.items.insert(
-                key.to_vec(),
-                Partial {
-                    flags,
-                    expiry_unix_secs,
-                    cas,
-                    total_len,
-                    value: Vec::with_capacity(total_len),
-                },
-            );
+            let value = Vec::with_capacity(meta.total_len);
+            self.items.insert(key.to_vec(), Partial { meta, value });
         }
         let Some(p) = self.items.get_mut(key) else {
             tracing::warn!(offset, "value part without its beginning: not stored");
             return None;
         };
-        if p.cas != cas || p.total_len != total_len {
+        if p.meta != meta {
             tracing::warn!(
                 offset,
                 "value part of another version: partial copy dropped"
@@ -955,9 +955,9 @@ impl Assembly {
         }
         p.value.extend_from_slice(part);
         self.bytes += part.len();
-        if p.value.len() == p.total_len {
+        if p.value.len() == meta.total_len {
             let done = self.items.remove(key);
-            self.bytes -= total_len;
+            self.bytes -= meta.total_len;
             return done;
         }
         while self.bytes > bytes_max {
@@ -1017,30 +1017,29 @@ pub fn apply_records(
                 flags,
                 expiry_unix_secs,
                 cas,
+                stale,
                 total_len,
                 offset,
                 part,
             } => {
-                let whole = parts.add(
-                    key,
+                let meta = PartMeta {
                     flags,
                     expiry_unix_secs,
                     cas,
-                    total_len,
-                    offset,
-                    part,
-                    parts_bytes_max,
-                );
+                    stale,
+                    total_len: total_len as usize,
+                };
+                let whole = parts.add(key, meta, offset as usize, part, parts_bytes_max);
                 let Some(p) = whole else { continue };
                 rebuilt += 1;
                 store.insert_item(
                     &OwnedItem {
                         key: key.to_vec(),
                         value: p.value,
-                        flags: p.flags,
-                        expiry: expiry(p.expiry_unix_secs),
-                        cas: p.cas,
-                        stale: false,
+                        flags: p.meta.flags,
+                        expiry: expiry(p.meta.expiry_unix_secs),
+                        cas: p.meta.cas,
+                        stale: p.meta.stale,
                     },
                     now,
                 )
@@ -1051,6 +1050,7 @@ pub fn apply_records(
                 flags,
                 expiry_unix_secs,
                 cas,
+                stale,
             } => store.insert_item(
                 &OwnedItem {
                     key: key.to_vec(),
@@ -1058,7 +1058,7 @@ pub fn apply_records(
                     flags,
                     expiry: expiry(expiry_unix_secs),
                     cas,
-                    stale: false,
+                    stale,
                 },
                 now,
             ),
@@ -1118,6 +1118,7 @@ mod tests {
                 flags: 0,
                 expiry_unix_secs: 0,
                 cas: 1,
+                stale: false,
             }),
             Some(cellcache_store::key_hash(key.as_bytes())),
         )
@@ -1284,7 +1285,15 @@ mod tests {
 
     /// The records of one item, numbered from `first`.
     fn item_records(key: &[u8], value: &[u8], cas: u64, part: usize, first: u64) -> Vec<Vec<u8>> {
-        let mut recs = encode_item(HashRange::FULL, key, value, 0, 0, cas, part).expect("encodes");
+        let item = ItemState {
+            key,
+            value,
+            flags: 0,
+            expiry_unix_secs: 0,
+            cas,
+            stale: false,
+        };
+        let mut recs = encode_item(HashRange::FULL, &item, part).expect("encodes");
         for (i, r) in recs.iter_mut().enumerate() {
             r[SEQ_OFFSET..SEQ_OFFSET + 8].copy_from_slice(&(first + i as u64).to_le_bytes());
         }
