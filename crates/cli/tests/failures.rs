@@ -26,6 +26,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use cellcache_testkit::history::Outcome;
 use cellcache_testkit::netns::{Netns, NetnsError};
 use cellcache_testkit::process::{Server, ServerSpec, default_log_dir, free_port};
 use cellcache_testkit::workload::{Run, Shape, Workload, WorkloadConfig};
@@ -444,7 +445,11 @@ fn load_flows(w: &[Workload; 2], more: u64) {
 
 /// Finishes both workloads and checks their histories; returns the runs.
 fn finish(w: [Workload; 2], name: &str) -> Vec<Run> {
-    let runs: Vec<Run> = w.into_iter().map(Workload::finish).collect();
+    check_runs(w.into_iter().map(Workload::finish).collect(), name)
+}
+
+/// Checks finished runs' histories; returns them.
+fn check_runs(runs: Vec<Run>, name: &str) -> Vec<Run> {
     for (i, run) in runs.iter().enumerate() {
         eprintln!("{name} workload {i}: {:?}", run.summary);
         assert_eq!(run.summary.final_reads_missing, 0, "{:?}", run.summary);
@@ -798,9 +803,16 @@ fn crash_during_division(name: &str, role: DivisionRole) {
         DivisionRole::Child => child,
         DivisionRole::Successor => successor,
     };
+    let victim_id = match role {
+        DivisionRole::Parent => field("parent="),
+        DivisionRole::Child => st.me.clone(),
+        DivisionRole::Successor => active[(at + 1) % active.len()].id.clone(),
+    };
+    let victim_addr = ring.cells[victim].addr().to_string();
     ring.kill(victim);
     // The original cells that survive settle the ring between them.
     let observers: Vec<usize> = (0..3).filter(|&i| i != victim).collect();
+    let marks = after_the_map_change(&ring, &observers, &victim_id, &load);
     let settled = ring.wait_settled(&observers, None, "after the crash during the division");
     load_flows(&load, 200);
     // A child whose division was aborted is out of the map: fenced; it rejoins as new.
@@ -812,8 +824,91 @@ fn crash_during_division(name: &str, role: DivisionRole) {
     let n = ring.live().len();
     ring.wait_stable(n, "after the division's end");
     load_flows(&load, 300);
-    finish(load, name);
+    let runs: Vec<Run> = load.into_iter().map(Workload::finish).collect();
+    let late: Vec<Vec<String>> = runs
+        .iter()
+        .zip(marks)
+        .map(|(run, mark)| errors_invoked_after(run, mark, &victim_addr))
+        .collect();
+    for (i, (run, late)) in runs.iter().zip(&late).enumerate() {
+        eprintln!(
+            "{name} workload {i}: {} errors invoked after the map change and its settling margin, of {:?}: {:?}",
+            late.len(),
+            run.summary,
+            late.iter().take(5).collect::<Vec<_>>()
+        );
+    }
+    check_runs(runs, name);
+    for (i, late) in late.iter().enumerate() {
+        assert!(
+            late.is_empty(),
+            "{name} workload {i}: {} requests sent after the map change (plus settling margin) failed: {:?}",
+            late.len(),
+            late.iter().take(10).collect::<Vec<_>>()
+        );
+    }
     check_pre_keys(&ring);
+}
+
+/// Waits until every cell of `observers` has installed a map in which `victim` no longer
+/// serves (it is dead or gone), then for a settling margin, and returns a mark in each
+/// workload's history: requests invoked after it must succeed (the requirement:
+/// while detection runs requests may wait or get a retryable error; after the map change
+/// they succeed).
+///
+/// The margin is one backup grant's lifetime, `lease_ms + clock_drift_margin_ms` of the
+/// default ring configuration the cells run with: within it a backup may still honour a
+/// grant made under the old map, and past it every master of the new map can hold its
+/// leases (renewed every heartbeat). Nothing else excuses an error afterwards: a range
+/// taken over from the dead cell is served `map_lease_ms + clock_drift_margin_ms` after
+/// the change, but requests wait for it (up to `request_timeout_ms`, which is longer)
+/// rather than fail, and writes wait for the re-replication's live lane, not for its
+/// snapshot. The criterion is a count of failed requests, not a duration: the mark is
+/// taken in the history's own order, so a request counts only if it was sent after the
+/// test saw every surviving cell on the new map and waited out the margin.
+fn after_the_map_change(
+    ring: &Ring,
+    observers: &[usize],
+    victim: &str,
+    load: &[Workload; 2],
+) -> Vec<u64> {
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let changed = observers.iter().all(|&i| {
+            ring.status(i)
+                .is_some_and(|s| !s.cells.iter().any(|c| c.id == victim && c.state != "dead"))
+        });
+        if changed {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no map without {victim} was installed"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let ring_config = cellcache_cluster::RingConfig::default();
+    std::thread::sleep(Duration::from_millis(
+        ring_config.lease_ms + ring_config.clock_drift_margin_ms,
+    ));
+    load.iter().map(Workload::mark).collect()
+}
+
+/// The requests of `run` invoked at or after `mark` that did not succeed, as text, leaving
+/// out those sent to the killed cell's address (refused connections: certainly not
+/// applied, and expected for as long as the clients keep trying it).
+fn errors_invoked_after(run: &Run, mark: u64, victim_addr: &str) -> Vec<String> {
+    run.history
+        .operations()
+        .expect("a well-formed history")
+        .into_iter()
+        .filter(|o| o.invoked >= mark)
+        .filter_map(|o| match &o.outcome {
+            Outcome::Ok(_) => None,
+            Outcome::Fail(why) | Outcome::Unknown(why) if why.contains(victim_addr) => None,
+            _ => Some(o.to_string()),
+        })
+        .collect()
 }
 
 #[test]

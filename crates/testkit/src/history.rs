@@ -346,6 +346,12 @@ impl Recorder {
         self.lock().complete(invoke, outcome)
     }
 
+    /// How many events were recorded so far: every operation invoked later gets an index at
+    /// or above it (the index order is real-time order).
+    pub fn events_recorded(&self) -> EventIndex {
+        self.lock().len() as EventIndex
+    }
+
     /// A copy of everything recorded so far.
     pub fn snapshot(&self) -> History {
         self.lock().clone()

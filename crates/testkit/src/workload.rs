@@ -26,7 +26,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::history::append::TOKEN_END;
-use crate::history::{ClientId, History, Op, Outcome, Recorder, Reply};
+use crate::history::{ClientId, EventIndex, History, Op, Outcome, Recorder, Reply};
 
 /// What the clients do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -232,6 +232,12 @@ impl Workload {
             std::thread::sleep(Duration::from_millis(5));
         }
         true
+    }
+
+    /// A mark in the history: operations whose invoke index is at or above it were sent
+    /// after this call (see [`Recorder::events_recorded`]).
+    pub fn mark(&self) -> EventIndex {
+        self.recorder.events_recorded()
     }
 
     /// Asks the clients to stop after their current request.

@@ -328,9 +328,15 @@ impl Cluster {
     }
 
     /// Replication targets and range under the installed map: backups, plus division
-    /// children this cell parents, plus cells it streams to right now.
+    /// children this cell parents, plus cells it streams to right now that the map still
+    /// has alive. A stream to a cell gone from the map (a division child whose division
+    /// was aborted, a dead cell) is dropped: [`Cluster::link`] no longer reaches such a
+    /// cell, so as a target it would stay unreachable, fail every write of this cell's
+    /// range (policy `refuse`), and its stream, which ends only when its target is
+    /// closed, would never end. The fault tests found a parent whose successor was killed
+    /// mid-division refusing every write of its range until the end of the test.
     fn refresh_layout(self: &Arc<Self>) {
-        let (epoch, master, mut targets, children) = {
+        let (epoch, master, mut targets, children, reachable) = {
             let ring = self.ring.lock();
             let map = ring.map();
             let me = map.cell(&self.me);
@@ -347,10 +353,17 @@ impl Cluster {
                     targets.push(child.clone());
                 }
             }
-            (map.epoch(), master, targets, children)
+            // The cells `link` reaches: in the map and not dead.
+            let reachable: BTreeSet<CellId> = map
+                .cells()
+                .iter()
+                .filter(|c| c.state != CellState::Dead)
+                .map(|c| c.id.clone())
+                .collect();
+            (map.epoch(), master, targets, children, reachable)
         };
         for (to, _) in self.streams.lock().iter() {
-            if !targets.contains(to) {
+            if !targets.contains(to) && reachable.contains(to) {
                 targets.push(to.clone());
             }
         }
