@@ -185,8 +185,11 @@ impl Session for Conn {
                     let out: &mut Vec<u8> = if direct { output } else { &mut tmp };
                     let flow = match &cluster {
                         None => execute(&self.cell, &request, now, out, &mut self.counters),
-                        Some(cl) => match route::place(cl, &request, false) {
-                            Placement::NoKeys | Placement::Local => {
+                        Some(cl) => {
+                            let placed_at = cl.epoch();
+                            let placement = route::place(cl, &request, false);
+                            let mut local = None;
+                            if let Placement::NoKeys | Placement::Local = placement {
                                 let start = out.len();
                                 let (flow, captured) = route::execute_local(
                                     cl,
@@ -195,57 +198,66 @@ impl Session for Conn {
                                     out,
                                     &mut self.counters,
                                 );
-                                let after = route::after(cl, captured);
-                                if let route::After::Stray = after {
-                                    if out.len() > start {
-                                        out.truncate(start);
-                                        out.extend_from_slice(route::UNAVAILABLE);
+                                match route::after(cl, &request, placed_at, false, captured) {
+                                    route::After::Now => local = Some(flow),
+                                    route::After::Stray => {
+                                        if out.len() > start {
+                                            out.truncate(start);
+                                            out.extend_from_slice(route::UNAVAILABLE);
+                                        }
+                                        local = Some(flow);
                                     }
+                                    route::After::Wait(positions) => {
+                                        let reply = out.split_off(start);
+                                        let quiet = reply.is_empty();
+                                        if !direct && !tmp.is_empty() {
+                                            self.queue.push_back(Pending::Ready(std::mem::take(
+                                                &mut tmp,
+                                            )));
+                                        }
+                                        let slot = self.slot();
+                                        route::reply_after_replication(
+                                            cl,
+                                            positions,
+                                            reply,
+                                            quiet,
+                                            Box::new(move |b| slot.fill(b)),
+                                        );
+                                        local = Some(flow);
+                                    }
+                                    // The map moved the key away meanwhile: route it anew.
+                                    route::After::Reroute => out.truncate(start),
                                 }
-                                if let route::After::Wait(positions) = after {
-                                    let reply = out.split_off(start);
-                                    let quiet = reply.is_empty();
+                            }
+                            match local {
+                                Some(flow) => flow,
+                                None => {
                                     if !direct && !tmp.is_empty() {
                                         self.queue
                                             .push_back(Pending::Ready(std::mem::take(&mut tmp)));
                                     }
                                     let slot = self.slot();
-                                    route::reply_after_replication(
+                                    let ctx = Ctx {
+                                        forwarded: false,
+                                        from_epoch: 0,
+                                        deadline: Instant::now()
+                                            + Duration::from_millis(cl.config.request_timeout_ms),
+                                    };
+                                    route::dispatch(
                                         cl,
-                                        positions,
-                                        reply,
-                                        quiet,
-                                        Box::new(move |b| slot.fill(b)),
+                                        bytes.to_vec(),
+                                        ctx,
+                                        Box::new(move |r| {
+                                            slot.fill(match r {
+                                                Reply::Bytes(b) => b,
+                                                Reply::Refused(_) => route::UNAVAILABLE.to_vec(),
+                                            })
+                                        }),
                                     );
+                                    Flow::Continue
                                 }
-                                flow
                             }
-                            _ => {
-                                if !direct && !tmp.is_empty() {
-                                    self.queue
-                                        .push_back(Pending::Ready(std::mem::take(&mut tmp)));
-                                }
-                                let slot = self.slot();
-                                let ctx = Ctx {
-                                    forwarded: false,
-                                    from_epoch: 0,
-                                    deadline: Instant::now()
-                                        + Duration::from_millis(cl.config.request_timeout_ms),
-                                };
-                                route::dispatch(
-                                    cl,
-                                    bytes.to_vec(),
-                                    ctx,
-                                    Box::new(move |r| {
-                                        slot.fill(match r {
-                                            Reply::Bytes(b) => b,
-                                            Reply::Refused(_) => route::UNAVAILABLE.to_vec(),
-                                        })
-                                    }),
-                                );
-                                Flow::Continue
-                            }
-                        },
+                        }
                     };
                     if !tmp.is_empty() {
                         self.queue.push_back(Pending::Ready(tmp));

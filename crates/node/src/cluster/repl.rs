@@ -168,6 +168,8 @@ pub type Positions = Vec<(Arc<Target>, u64)>;
 pub struct Captured {
     pub positions: Positions,
     pub stray: bool,
+    /// The request changed the store (whether or not the change is replicated).
+    pub mutated: bool,
 }
 
 thread_local! {
@@ -764,6 +766,11 @@ fn now_secs() -> u32 {
 
 impl ChangeSink for Replicator {
     fn record(&self, change: &Change<'_>) {
+        CAPTURE.with(|c| {
+            if let Some(v) = c.borrow_mut().as_mut() {
+                v.mutated = true;
+            }
+        });
         let layout = self.layout.lock();
         let op = match change.kind {
             ChangeKind::Put {

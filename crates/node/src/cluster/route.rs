@@ -179,12 +179,34 @@ pub enum After {
     /// Replace it with `UNAVAILABLE`: the map moved between routing and execution, so the
     /// write landed outside this cell's master range and is not replicated.
     Stray,
+    /// Run under a map that has since moved its key away, changing nothing: drop the
+    /// reply and route the request again.
+    Reroute,
 }
 
-/// Decides [`After`] for a captured execution.
-pub fn after(cl: &Cluster, captured: Captured) -> After {
+/// Decides [`After`] for an execution of `req` placed here under map epoch `placed_at`.
+pub fn after(
+    cl: &Cluster,
+    req: &Request<'_>,
+    placed_at: u64,
+    forwarded: bool,
+    captured: Captured,
+) -> After {
     if captured.stray {
         After::Stray
+    } else if !captured.mutated
+        && cl.epoch() != placed_at
+        && key_hashes(req).is_some()
+        && place(cl, req, forwarded) != Placement::Local
+    {
+        // Placed under the old map, run after the new one was installed: the new map's trim
+        // may already have dropped the range this read (or a write that found nothing to
+        // change: append to a missing key, delete of one) looked at, so its answer may be a
+        // miss that is not true. It changed nothing, so running it again where the new map
+        // sends it is safe. The epoch is stored before the trim runs, so a run after the
+        // trim always sees the change. (Found by the division fault test: one `append`
+        // answered NOT_STORED for a key that existed.)
+        After::Reroute
     } else if !captured.positions.is_empty()
         && cl.config.replication == crate::config::ReplicationMode::Sync
     {
@@ -224,13 +246,15 @@ pub fn dispatch(cl: &Arc<Cluster>, bytes: Vec<u8>, ctx: Ctx, done: Done) {
         return;
     };
     let quiet = noreply(&request);
+    let placed_at = cl.epoch();
     match place(cl, &request, ctx.forwarded) {
         Placement::NoKeys | Placement::Local => {
             let mut out = Vec::new();
             let mut counters = LocalCounters::default();
             let (_, captured) = execute_local(cl, &request, cl.cell.now(), &mut out, &mut counters);
             cl.cell.counters.absorb(&mut counters);
-            match after(cl, captured) {
+            match after(cl, &request, placed_at, ctx.forwarded, captured) {
+                After::Reroute => dispatch(cl, bytes, ctx, done),
                 After::Wait(positions) => reply_after_replication(
                     cl,
                     positions,
