@@ -100,6 +100,10 @@ pub struct ClusterConfig {
     pub replication_chunk_bytes: usize,
     /// Unacknowledged replication bytes kept per backup; past it the backup is resynced.
     pub replication_backlog_bytes_max: usize,
+    /// Live-record bytes queued for a division child (before it has the whole snapshot)
+    /// above which the parent's writes wait for it while it answers: backpressure, so a
+    /// write volume above what the child's link carries cannot starve the hand-off.
+    pub handoff_lag_bytes_max: usize,
     /// Snapshot streaming rate during hand-off and re-replication (bytes/s; 0 = unlimited).
     pub handoff_bytes_per_sec: u64,
     /// Most voters of the consensus group (the rest of the cells are learners).
@@ -131,6 +135,7 @@ impl Default for ClusterConfig {
             replication_chunk_bytes: 256 * 1024,
             replication_backlog_bytes_max: 64 << 20,
             handoff_bytes_per_sec: 256 << 20,
+            handoff_lag_bytes_max: 1 << 20,
             voters_max: 5,
             ring: Default::default(),
             wire: Default::default(),

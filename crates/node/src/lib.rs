@@ -41,6 +41,8 @@ impl Node {
             backlog_bytes_max: c.replication_backlog_bytes_max,
             stream_bytes_per_sec: c.handoff_bytes_per_sec,
             io_timeout: std::time::Duration::from_millis(c.peer_reply_timeout_ms),
+            child_lag_bytes_max: c.handoff_lag_bytes_max,
+            child_answer_window: std::time::Duration::from_millis(c.ring.lease_ms),
         });
         let store = if config.cluster.enabled {
             // The cell's address goes into the map before the engine binds it: resolve

@@ -73,7 +73,8 @@ pub struct Cluster {
     pub stats: ClusterStats,
     /// Replication receiver: highest sequence applied per sending master, per lane.
     pub applied: Mutex<HashMap<CellId, Applied>>,
-    links: Mutex<HashMap<CellId, Arc<Link>>>,
+    /// Outbound links by peer and [`Channel`].
+    links: Mutex<HashMap<(CellId, Channel), Arc<Link>>>,
     raft_ids: Mutex<HashMap<u64, CellId>>,
     streams: Mutex<BTreeSet<(CellId, (u64, u64))>>,
     reconciling: AtomicBool,
@@ -198,12 +199,25 @@ impl Cluster {
         self.raft_ids.lock().get(&id).cloned()
     }
 
-    /// The link to `to`, created on first use from its address in the map. None for a cell
-    /// the map no longer has or declared dead: its address may now belong to a new process
-    /// (a restarted cell rejoins as a new cell at the same address), which must never be
-    /// taken for the old one; the fault tests found a consensus leader replicating its log
-    /// to such a process as if it were the departed member, and panicking on its empty log.
+    /// The control link to `to`: forwarded requests, ring messages, consensus, maps.
+    /// `None` if `to` is not a live cell of the installed map.
     pub fn link(&self, to: &CellId) -> Option<Arc<Link>> {
+        self.link_on(to, Channel::Control)
+    }
+
+    /// The bulk link to `to`: replication and snapshot streams, so that a busy stream never
+    /// queues a forwarded request, a heartbeat or a lease grant behind its chunks.
+    pub fn bulk_link(&self, to: &CellId) -> Option<Arc<Link>> {
+        self.link_on(to, Channel::Bulk)
+    }
+
+    /// The link to `to` on `channel`, created on first use from its address in the map.
+    /// None for a cell the map no longer has or declared dead: its address may now belong
+    /// to a new process (a restarted cell rejoins as a new cell at the same address), which
+    /// must never be taken for the old one; the fault tests found a consensus leader
+    /// replicating its log to such a process as if it were the departed member, and
+    /// panicking on its empty log.
+    fn link_on(&self, to: &CellId, channel: Channel) -> Option<Arc<Link>> {
         let addr = {
             let ring = self.ring.lock();
             ring.map()
@@ -212,11 +226,12 @@ impl Cluster {
                 .map(|c| c.address.peer.clone())
         };
         let mut links = self.links.lock();
+        let key = (to.clone(), channel);
         let Some(addr) = addr else {
-            links.remove(to);
+            links.retain(|(c, _), _| c != to);
             return None;
         };
-        if let Some(l) = links.get(to) {
+        if let Some(l) = links.get(&key) {
             if l.addr == addr {
                 return Some(l.clone());
             }
@@ -233,7 +248,7 @@ impl Cluster {
                 reply: Duration::from_millis(self.config.peer_reply_timeout_ms),
             },
         );
-        links.insert(to.clone(), link.clone());
+        links.insert(key, link.clone());
         Some(link)
     }
 
@@ -369,7 +384,7 @@ impl Cluster {
         }
         let weak = Arc::downgrade(self);
         let link_for: repl::LinkFor =
-            Arc::new(move |c: &CellId| weak.upgrade().and_then(|cl| cl.link(c)));
+            Arc::new(move |c: &CellId| weak.upgrade().and_then(|cl| cl.bulk_link(c)));
         let weak = Arc::downgrade(self);
         let on_refused: repl::OnRefused = Arc::new(move |c: &CellId, epoch: u64| {
             if let Some(cl) = weak.upgrade() {
@@ -821,16 +836,26 @@ fn try_join(
     )?)
 }
 
+/// The two connections a cell keeps to each peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Channel {
+    /// Requests, replies, ring messages, consensus: small frames that must not wait.
+    Control,
+    /// Replication and snapshot streams: throughput, one batch in flight per target.
+    Bulk,
+}
+
 /// A replication receiver's watermarks for one sending master: live records (`Replicate`)
 /// and snapshot items (`SnapshotChunk`, `SnapshotDone`) arrive in two lanes, each in order
 /// but interleaved with the other (see `repl`), so each has its own.
 ///
-/// `connection` numbers the sender's connections to this cell. The lanes' order holds only
-/// within one connection: a sender opens a new one after giving the old one up (its link
-/// dropped it), and frames still buffered on the old one may be read after the new one's
-/// — an old snapshot copy of a key could then overwrite a newer live write. So records
-/// are applied only from the sender's latest connection (checked under the same lock as
-/// the apply); the sender resends what the old one did not get acknowledged.
+/// `connection` numbers the sender's replication-carrying connections to this cell (its bulk
+/// link's; a connection gets its number with its first replication frame). The lanes'
+/// order holds only within one connection: a sender opens a new one after giving the old
+/// one up (its link dropped it), and frames still buffered on the old one may be read after
+/// the new one's — an old snapshot copy of a key could then overwrite a newer live write.
+/// So records are applied only from the sender's latest such connection (checked under the
+/// same lock as the apply); the sender resends what the old one did not get acknowledged.
 #[derive(Default)]
 pub struct Applied {
     pub live: u64,

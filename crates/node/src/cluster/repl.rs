@@ -108,6 +108,10 @@ struct TargetState {
     snapshot_rejected_upto: u64,
     /// The last attempt to reach the target failed (policy `no_backup` applies).
     unreachable: bool,
+    /// When the target last acknowledged a batch (or was created).
+    last_ack: Instant,
+    /// The lane of the last batch sent (for [`next_batch`]'s turns).
+    last_lane: LaneKind,
 }
 
 /// A cell receiving this cell's replication stream.
@@ -139,6 +143,8 @@ impl Target {
                 rejected_upto: 0,
                 snapshot_rejected_upto: 0,
                 unreachable: false,
+                last_ack: Instant::now(),
+                last_lane: LaneKind::Live,
             }),
             wake: tokio::sync::Notify::new(),
             closed: AtomicBool::new(false),
@@ -208,6 +214,11 @@ pub struct ReplPolicy {
     pub stream_bytes_per_sec: u64,
     /// A batch not acknowledged within this is sent again (`peer_reply_timeout_ms`).
     pub io_timeout: Duration,
+    /// A division child not waited for yet is waited for while more than this many bytes
+    /// of live records are queued for it and it answers (`handoff_lag_bytes_max`).
+    pub child_lag_bytes_max: usize,
+    /// A child answers if it acknowledged something within this (`lease_ms`).
+    pub child_answer_window: Duration,
 }
 
 struct Layout {
@@ -340,6 +351,20 @@ impl Replicator {
         seq
     }
 
+    /// Whether a division child not waited for yet falls behind the live writes while it
+    /// answers: then writes wait for it (backpressure), or a write volume above what its
+    /// link carries would starve the snapshot (live records go first) and the hand-off
+    /// would never end. A child that does not answer (cut off, paused) is not waited for:
+    /// its hand-off pauses instead, and resumes when it is back.
+    fn child_lags(&self, t: &Target) -> bool {
+        let policy = self.policy();
+        let st = t.state.lock();
+        let live_bytes = st.backlog_bytes - st.snapshot_bytes;
+        live_bytes > policy.child_lag_bytes_max
+            && !st.unreachable
+            && st.last_ack.elapsed() < policy.child_answer_window
+    }
+
     /// Appends to a lane under the target's lock: sequences are taken under it, so each
     /// lane's grow in order.
     fn append(&self, st: &mut TargetState, lane: LaneKind, epoch: u64, entry: Entry) -> u64 {
@@ -444,7 +469,15 @@ impl Replicator {
                 }
             }
             let chunk = self.policy().chunk_bytes;
-            let batch = next_batch(&t.state.lock(), chunk);
+            let alternate = !t.waited.load(Ordering::Acquire);
+            let batch = {
+                let mut st = t.state.lock();
+                let batch = next_batch(&st, chunk, alternate);
+                if let Some(b) = &batch {
+                    st.last_lane = b.lane;
+                }
+                batch
+            };
             let Some(Batch {
                 kind,
                 payload,
@@ -474,6 +507,7 @@ impl Replicator {
                     self.bytes_sent.fetch_add(records as u64, Ordering::Relaxed);
                     let mut st = t.state.lock();
                     st.unreachable = false;
+                    st.last_ack = Instant::now();
                     match lane {
                         LaneKind::Live => st.acked = st.acked.max(acked),
                         LaneKind::Snapshot => st.snapshot_acked = st.snapshot_acked.max(acked),
@@ -718,11 +752,35 @@ struct Batch {
 /// up to `chunk` bytes), else the snapshot lane's next records or its `SnapshotDone`
 /// marker. The marker is reached only when no live record is pending, so every live record
 /// queued before it has been acknowledged.
-fn next_batch(st: &TargetState, chunk: usize) -> Option<Batch> {
-    for (lane, entries, acked) in [
-        (LaneKind::Live, &st.backlog, st.acked),
-        (LaneKind::Snapshot, &st.snapshot, st.snapshot_acked),
-    ] {
+///
+/// With `alternate` (a division child still taking its snapshot, which no write waits for)
+/// the snapshot lane gets every other turn while both have records, so a steady stream of
+/// writes cannot starve the snapshot. On its turn it sends only entries older than the
+/// oldest pending live record: a snapshot item left in the lane with a smaller sequence
+/// has no pending live record of its key after it (that record would have taken it along),
+/// so it may go first, while an item scanned after a pending live record of its key must
+/// follow it. The marker obeys the same bound, so every live record queued before it is
+/// acknowledged first.
+fn next_batch(st: &TargetState, chunk: usize, alternate: bool) -> Option<Batch> {
+    let live_pending = st
+        .backlog
+        .iter()
+        .map(|(s, _, _)| *s)
+        .find(|s| *s > st.acked);
+    let order = if alternate && st.last_lane == LaneKind::Live {
+        [LaneKind::Snapshot, LaneKind::Live]
+    } else {
+        [LaneKind::Live, LaneKind::Snapshot]
+    };
+    for lane in order {
+        let (entries, acked, below) = match lane {
+            LaneKind::Live => (&st.backlog, st.acked, u64::MAX),
+            LaneKind::Snapshot => (
+                &st.snapshot,
+                st.snapshot_acked,
+                live_pending.unwrap_or(u64::MAX),
+            ),
+        };
         let mut payload = Vec::new();
         let mut last = 0;
         let mut batch_epoch = None;
@@ -730,7 +788,7 @@ fn next_batch(st: &TargetState, chunk: usize) -> Option<Batch> {
             if *seq <= acked {
                 continue;
             }
-            if batch_epoch.is_some_and(|b| b != *epoch) {
+            if *seq >= below || batch_epoch.is_some_and(|b| b != *epoch) {
                 break;
             }
             match e {
@@ -881,7 +939,7 @@ impl ChangeSink for Replicator {
                 let entry = Entry::Record(b.clone(), hash);
                 last = self.push(&t, epoch, entry, LaneKind::Live);
             }
-            if t.waited.load(Ordering::Acquire) {
+            if t.waited.load(Ordering::Acquire) || self.child_lags(&t) {
                 positions.push((t, last));
             }
         }
@@ -1124,6 +1182,8 @@ mod tests {
             backlog_bytes_max: 1 << 20,
             stream_bytes_per_sec: 0,
             io_timeout: Duration::from_secs(1),
+            child_lag_bytes_max: 4096,
+            child_answer_window: Duration::from_secs(3600),
         })
     }
 
@@ -1182,7 +1242,7 @@ mod tests {
 
     /// Takes the next batch and acknowledges it, as the sender does on a `ReplicateAck`.
     fn send(t: &Target) -> Option<Batch> {
-        let b = next_batch(&t.state.lock(), 1024)?;
+        let b = next_batch(&t.state.lock(), 1024, false)?;
         let mut st = t.state.lock();
         match b.lane {
             LaneKind::Live => st.acked = b.last,
@@ -1297,9 +1357,9 @@ mod tests {
         r.push(&t, 1, Entry::Done(HashRange::FULL), LaneKind::Snapshot);
         let live = r.push(&t, 1, set("x", "1"), LaneKind::Live);
         // Not acknowledged yet: the next batch is still the live record, not the marker.
-        let b = next_batch(&t.state.lock(), 1024).expect("a batch");
+        let b = next_batch(&t.state.lock(), 1024, false).expect("a batch");
         assert_eq!((b.kind, b.last), (FrameKind::Replicate, live));
-        let b = next_batch(&t.state.lock(), 1024).expect("a batch");
+        let b = next_batch(&t.state.lock(), 1024, false).expect("a batch");
         assert_eq!(b.kind, FrameKind::Replicate, "resent until acknowledged");
         send(&t);
         assert_eq!(send(&t).expect("marker").kind, FrameKind::SnapshotDone);
@@ -1498,5 +1558,101 @@ mod tests {
             .await;
             assert_eq!(waited, Ok(false));
         });
+    }
+
+    /// Takes the next batch in `alternate` mode, as the sender does, and acknowledges it.
+    fn send_alternating(t: &Target) -> Option<Batch> {
+        let mut st = t.state.lock();
+        let b = next_batch(&st, 1024, true)?;
+        st.last_lane = b.lane;
+        match b.lane {
+            LaneKind::Live => st.acked = b.last,
+            LaneKind::Snapshot => st.snapshot_acked = b.last,
+        }
+        trim_acked(&mut st);
+        Some(b)
+    }
+
+    #[test]
+    fn a_child_still_taking_its_snapshot_gets_turns_without_reordering_a_key() {
+        let r = replicator();
+        let t = Target::new(CellId::whole(2), 0, false);
+        // A write arrives first; the snapshot items scanned after it must follow it.
+        let first = r.push(&t, 1, set("x", "live-1"), LaneKind::Live);
+        r.push(&t, 1, set("a", "snap-a"), LaneKind::Snapshot);
+        r.push(&t, 1, set("x", "snap-x"), LaneKind::Snapshot);
+        let b = send_alternating(&t).expect("a batch");
+        assert_eq!((b.kind, b.last), (FrameKind::Replicate, first));
+        // More writes keep coming, one per turn; the snapshot still gets its turn.
+        let mut order = Vec::new();
+        for i in 0..3 {
+            r.push(&t, 1, set(&format!("w{i}"), "v"), LaneKind::Live);
+            let b = send_alternating(&t).expect("a batch");
+            order.push((
+                b.kind,
+                records(&b).into_iter().map(|r| r.2).collect::<Vec<_>>(),
+            ));
+        }
+        let snap = FrameKind::SnapshotChunk;
+        let live = FrameKind::Replicate;
+        let keys = |k: &[&str]| k.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            order,
+            vec![
+                (snap, keys(&["a", "x"])),
+                (live, keys(&["w0", "w1"])),
+                (live, keys(&["w2"])),
+            ],
+            "the snapshot's turn, then the live lane's (the snapshot lane is empty)"
+        );
+        // A snapshot item scanned after a pending live record waits for it even on the
+        // snapshot's turn, and so does the marker.
+        r.push(&t, 1, set("w3", "v"), LaneKind::Live);
+        r.push(&t, 1, set("b", "snap-b"), LaneKind::Snapshot);
+        r.push(&t, 1, Entry::Done(HashRange::FULL), LaneKind::Snapshot);
+        let mut rest = Vec::new();
+        while let Some(b) = send_alternating(&t) {
+            let keys = if b.kind == FrameKind::SnapshotDone {
+                Vec::new()
+            } else {
+                records(&b).into_iter().map(|r| r.2).collect()
+            };
+            rest.push((b.kind, keys));
+        }
+        assert_eq!(
+            rest,
+            vec![
+                (live, keys(&["w3"])),
+                (snap, keys(&["b"])),
+                (FrameKind::SnapshotDone, vec![]),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_child_falling_behind_while_it_answers_is_waited_for() {
+        let r = replicator(); // child_lag_bytes_max: 4096
+        let t = Target::new(CellId::whole(2), 0, false);
+        let value = "v".repeat(1000);
+        for i in 0..3 {
+            r.push(&t, 1, set(&format!("k{i}"), &value), LaneKind::Live);
+        }
+        assert!(!r.child_lags(&t), "3 kB queued: within the bound");
+        for i in 3..6 {
+            r.push(&t, 1, set(&format!("k{i}"), &value), LaneKind::Live);
+        }
+        assert!(
+            r.child_lags(&t),
+            "6 kB queued and the child answers: backpressure"
+        );
+        // Snapshot items do not count: the scan has its own bound.
+        let s = Target::new(CellId::whole(3), 0, false);
+        for i in 0..6 {
+            r.push(&s, 1, set(&format!("k{i}"), &value), LaneKind::Snapshot);
+        }
+        assert!(!r.child_lags(&s));
+        // A child that does not answer is not waited for: its hand-off pauses instead.
+        t.state.lock().unreachable = true;
+        assert!(!r.child_lags(&t));
     }
 }

@@ -2,8 +2,9 @@
 //!
 //! Each connection starts with the sender's `Hello`. A fenced sender (removed from the
 //! ring) gets only the map, so it learns it was removed; its other requests are refused.
-//! Frames are then handled in arrival order on the connection's reader: forwarded requests execute inline (so one sender's pipeline executes in order; only a
-//! write's wait for its backups, and retries, continue asynchronously), replication records
+//! Frames are then handled in arrival order on the connection's reader: forwarded requests
+//! execute inline (so one sender's pipeline executes in order; only a write's wait for its
+//! backups, and retries, continue asynchronously), replication records
 //! are applied inline (the stream's order is the master's), ring messages step the ring;
 //! consensus traffic runs as tasks. Replies go through the connection's writer task, tagged
 //! with the request's id and this cell's epoch.
@@ -75,12 +76,6 @@ async fn connection(cl: Arc<Cluster>, stream: TcpStream) {
                     .flatten();
                 let Some(id) = hello else { return false };
                 fenced = cl.ring.lock().map().is_fenced(&id);
-                // This connection supersedes any earlier one of the same sender.
-                let mut applied = cl.applied.lock();
-                let lanes = applied.entry(id.clone()).or_default();
-                lanes.connection += 1;
-                connection = lanes.connection;
-                drop(applied);
                 from = Some(id);
             }
             // A removed cell may only learn that it was removed: it gets the
@@ -98,16 +93,26 @@ async fn connection(cl: Arc<Cluster>, stream: TcpStream) {
                     let _ = tx.send((kind, frame.request_id, payload));
                 }
             }
-            Some(sender) => return on_frame(&cl, sender, connection, frame, &tx),
+            Some(sender) => return on_frame(&cl, sender, &mut connection, frame, &tx),
         }
         true
     })
     .await;
 }
 
-/// Handles one frame of an identified, unfenced sender; `false` closes the connection (it
-/// was superseded by a newer one of the same sender, see [`super::Applied`]).
-fn on_frame(cl: &Arc<Cluster>, from: &CellId, connection: u64, f: OwnedFrame, tx: &Out) -> bool {
+/// Handles one frame of an identified, unfenced sender; `false` closes the connection (its
+/// replication was superseded by a newer connection of the same sender, see
+/// [`super::Applied`]). `connection` is this connection's number among the sender's
+/// replication-carrying connections, 0 until it carries replication: the number is taken at
+/// its first replication frame, so only a connection that carries replication supersedes
+/// another (a sender's control link never does).
+fn on_frame(
+    cl: &Arc<Cluster>,
+    from: &CellId,
+    connection: &mut u64,
+    f: OwnedFrame,
+    tx: &Out,
+) -> bool {
     let id = f.request_id;
     match f.kind {
         FrameKind::Heartbeat | FrameKind::HeartbeatAck => match RingMessage::decode(&f.payload) {
@@ -176,7 +181,10 @@ fn on_frame(cl: &Arc<Cluster>, from: &CellId, connection: u64, f: OwnedFrame, tx
             }
             let mut applied = cl.applied.lock();
             let lanes = applied.entry(from.clone()).or_default();
-            if lanes.connection != connection {
+            if *connection == 0 {
+                lanes.connection += 1;
+                *connection = lanes.connection;
+            } else if lanes.connection != *connection {
                 tracing::debug!(peer = %from, "replication on a superseded connection: closing it");
                 return false;
             }
