@@ -290,6 +290,7 @@ fn a_deposed_master_gets_no_acknowledgement() {
         &mut out,
     )
     .unwrap();
+    s.write_all(&out).unwrap();
     let record = |seq: u64, v: &[u8]| {
         let mut b = Vec::new();
         ReplicationRecord {
@@ -309,16 +310,21 @@ fn a_deposed_master_gets_no_acknowledgement() {
         b
     };
     let seq = 1 << 50;
-    wire::encode(
-        &cfg,
-        FrameKind::Replicate,
-        epoch - 1,
-        7,
-        &record(seq, b"old"),
-        &mut out,
-    )
-    .unwrap();
-    s.write_all(&out).unwrap();
+    // One replication frame of one record, written to `s`.
+    let replicate = |s: &mut std::net::TcpStream, epoch: u64, id: u64, seq: u64, v: &[u8]| {
+        let mut out = Vec::new();
+        wire::encode(
+            &cfg,
+            FrameKind::Replicate,
+            epoch,
+            id,
+            &record(seq, v),
+            &mut out,
+        )
+        .unwrap();
+        s.write_all(&out).unwrap();
+    };
+    replicate(&mut s, epoch - 1, 7, seq, b"old");
     // The next reply frame on a connection: (kind, request id).
     let next_frame = |s: &mut std::net::TcpStream, buf: &mut Vec<u8>| loop {
         if let Ok(Decoded::Complete { frame, consumed }) = wire::decode(&cfg, buf) {
@@ -339,17 +345,7 @@ fn a_deposed_master_gets_no_acknowledgement() {
         "stale epoch refused"
     );
     assert_eq!(peek(&mut c, &key).map(|p| p.0), Some("live".to_string()));
-    out.clear();
-    wire::encode(
-        &cfg,
-        FrameKind::Replicate,
-        epoch,
-        8,
-        &record(seq + 1, b"new"),
-        &mut out,
-    )
-    .unwrap();
-    s.write_all(&out).unwrap();
+    replicate(&mut s, epoch, 8, seq + 1, b"new");
     assert_eq!(
         next_reply(&mut s),
         (FrameKind::ReplicateAck, 8),
@@ -381,43 +377,13 @@ fn a_deposed_master_gets_no_acknowledgement() {
     let mut next_reply2 = |s: &mut std::net::TcpStream| next_frame(s, &mut buf2);
     assert_eq!(next_reply2(&mut s2), (FrameKind::MapUpdate, 9));
     // Not superseded yet: the old connection still replicates.
-    out.clear();
-    wire::encode(
-        &cfg,
-        FrameKind::Replicate,
-        epoch,
-        10,
-        &record(seq + 2, b"still"),
-        &mut out,
-    )
-    .unwrap();
-    s.write_all(&out).unwrap();
+    replicate(&mut s, epoch, 10, seq + 2, b"still");
     assert_eq!(next_reply(&mut s), (FrameKind::ReplicateAck, 10));
     assert_eq!(peek(&mut c, &key).map(|p| p.0), Some("still".to_string()));
-    out.clear();
-    wire::encode(
-        &cfg,
-        FrameKind::Replicate,
-        epoch,
-        11,
-        &record(seq + 3, b"next"),
-        &mut out,
-    )
-    .unwrap();
-    s2.write_all(&out).unwrap();
+    replicate(&mut s2, epoch, 11, seq + 3, b"next");
     assert_eq!(next_reply2(&mut s2), (FrameKind::ReplicateAck, 11));
     assert_eq!(peek(&mut c, &key).map(|p| p.0), Some("next".to_string()));
-    out.clear();
-    wire::encode(
-        &cfg,
-        FrameKind::Replicate,
-        epoch,
-        12,
-        &record(seq + 4, b"late"),
-        &mut out,
-    )
-    .unwrap();
-    s.write_all(&out).unwrap();
+    replicate(&mut s, epoch, 12, seq + 4, b"late");
     let mut rest = Vec::new();
     let closed = s.read_to_end(&mut rest).is_ok();
     assert!(

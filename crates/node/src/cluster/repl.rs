@@ -1242,8 +1242,14 @@ mod tests {
 
     /// Takes the next batch and acknowledges it, as the sender does on a `ReplicateAck`.
     fn send(t: &Target) -> Option<Batch> {
-        let b = next_batch(&t.state.lock(), 1024, false)?;
+        send_turn(t, false)
+    }
+
+    /// [`send`] in `alternate` mode or not, recording the lane's turn as the sender does.
+    fn send_turn(t: &Target, alternate: bool) -> Option<Batch> {
         let mut st = t.state.lock();
+        let b = next_batch(&st, 1024, alternate)?;
+        st.last_lane = b.lane;
         match b.lane {
             LaneKind::Live => st.acked = b.last,
             LaneKind::Snapshot => st.snapshot_acked = b.last,
@@ -1438,6 +1444,26 @@ mod tests {
         assert!(parts.is_empty());
     }
 
+    /// Applies a payload that must decode, keeping every key.
+    fn apply_all(
+        store: &Store,
+        payload: &[u8],
+        applied: &mut u64,
+        parts: &mut Assembly,
+        parts_bytes_max: usize,
+    ) -> u64 {
+        apply_records(
+            store,
+            payload,
+            applied,
+            parts,
+            parts_bytes_max,
+            now_secs(),
+            |_| true,
+        )
+        .expect("applies")
+    }
+
     #[test]
     fn a_newer_change_supersedes_a_value_still_arriving_in_parts() {
         let store = Store::new(cellcache_store::StoreConfig::default()).expect("store");
@@ -1454,16 +1480,7 @@ mod tests {
         let last = SEQ_OFFSET..SEQ_OFFSET + 8;
         let n = payload.len() - old[1].len();
         payload[n + last.start..n + last.end].copy_from_slice(&3u64.to_le_bytes());
-        let rebuilt = apply_records(
-            &store,
-            &payload,
-            &mut applied,
-            &mut parts,
-            1 << 20,
-            now_secs(),
-            |_| true,
-        )
-        .expect("applies");
+        let rebuilt = apply_all(&store, &payload, &mut applied, &mut parts, 1 << 20);
         assert_eq!(rebuilt, 0);
         assert_eq!(stored(&store, b"k"), Some((b"new".to_vec(), 6)));
         assert!(parts.is_empty(), "no partial copy left behind");
@@ -1471,32 +1488,14 @@ mod tests {
         let a = item_records(b"j", &big(50_000, 2), 8, 20_000, 10);
         let b = item_records(b"j", &big(50_000, 3), 9, 20_000, 11);
         let payload = [a[0].clone(), b.concat()].concat();
-        let rebuilt = apply_records(
-            &store,
-            &payload,
-            &mut applied,
-            &mut parts,
-            1 << 20,
-            now_secs(),
-            |_| true,
-        )
-        .expect("applies");
+        let rebuilt = apply_all(&store, &payload, &mut applied, &mut parts, 1 << 20);
         assert_eq!(rebuilt, 1);
         assert_eq!(stored(&store, b"j"), Some((big(50_000, 3), 9)));
         // Partial copies beyond the bound are dropped, largest first.
         let c = item_records(b"c", &big(50_000, 4), 1, 20_000, 20);
         let d = item_records(b"d", &big(50_000, 5), 1, 20_000, 30);
         let payload = [c[0].clone(), c[1].clone(), d[0].clone()].concat();
-        apply_records(
-            &store,
-            &payload,
-            &mut applied,
-            &mut parts,
-            50_000,
-            now_secs(),
-            |_| true,
-        )
-        .expect("applies");
+        apply_all(&store, &payload, &mut applied, &mut parts, 50_000);
         assert_eq!(parts.len(), 1, "the larger partial copy went");
     }
 
@@ -1560,17 +1559,8 @@ mod tests {
         });
     }
 
-    /// Takes the next batch in `alternate` mode, as the sender does, and acknowledges it.
     fn send_alternating(t: &Target) -> Option<Batch> {
-        let mut st = t.state.lock();
-        let b = next_batch(&st, 1024, true)?;
-        st.last_lane = b.lane;
-        match b.lane {
-            LaneKind::Live => st.acked = b.last,
-            LaneKind::Snapshot => st.snapshot_acked = b.last,
-        }
-        trim_acked(&mut st);
-        Some(b)
+        send_turn(t, true)
     }
 
     #[test]
