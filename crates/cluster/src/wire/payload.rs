@@ -383,6 +383,40 @@ pub fn encode_item(
     Ok(records)
 }
 
+/// Encodes one change as records: a `Set` through [`encode_item`] (in parts when its value
+/// is longer than `part_bytes`), any other op as one record.
+pub fn encode_op(
+    range: HashRange,
+    op: ReplicationOp<'_>,
+    part_bytes: usize,
+) -> Result<Vec<Vec<u8>>, WireError> {
+    match op {
+        ReplicationOp::Set {
+            key,
+            value,
+            flags,
+            expiry_unix_secs,
+            cas,
+            stale,
+        } => {
+            let item = ItemState {
+                key,
+                value,
+                flags,
+                expiry_unix_secs,
+                cas,
+                stale,
+            };
+            encode_item(range, &item, part_bytes)
+        }
+        op => {
+            let mut b = Vec::new();
+            ReplicationRecord { range, seq: 0, op }.encode(&mut b)?;
+            Ok(vec![b])
+        }
+    }
+}
+
 impl RangeSeq {
     /// Fixed 24-byte layout.
     pub fn encode(&self, out: &mut Vec<u8>) {

@@ -59,7 +59,7 @@ use std::time::{Duration, Instant};
 
 use cellcache_cluster::wire::FrameKind;
 use cellcache_cluster::wire::payload::{
-    ItemState, RangeSeq, ReplicationOp, ReplicationRecord, encode_item,
+    ItemState, RangeSeq, ReplicationOp, ReplicationRecord, encode_item, encode_op,
 };
 use cellcache_cluster::{CellId, HashRange};
 use cellcache_store::{Change, ChangeKind, ChangeSink, ScanCursor, Store};
@@ -844,13 +844,18 @@ fn now_secs() -> u32 {
         .max(1)
 }
 
+/// Runs `f` on the calling thread's capture, if a request installed one.
+fn with_capture(f: impl FnOnce(&mut Captured)) {
+    CAPTURE.with(|c| {
+        if let Some(v) = c.borrow_mut().as_mut() {
+            f(v);
+        }
+    });
+}
+
 impl ChangeSink for Replicator {
     fn record(&self, change: &Change<'_>) {
-        CAPTURE.with(|c| {
-            if let Some(v) = c.borrow_mut().as_mut() {
-                v.mutated = true;
-            }
-        });
+        with_capture(|v| v.mutated = true);
         let layout = self.layout.lock();
         let op = match change.kind {
             ChangeKind::Put {
@@ -877,58 +882,21 @@ impl ChangeSink for Replicator {
                 at_unix_secs: u64::from(now_secs()),
             },
         };
-        let key = op.key();
-        let mastered = layout
-            .master
-            .is_some_and(|m| key.is_none_or(|k| m.contains(cellcache_store::key_hash(k))));
-        if !mastered {
+        let hash = op.key().map(cellcache_store::key_hash);
+        let Some(master) = layout.master.filter(|m| hash.is_none_or(|h| m.contains(h))) else {
             // Replicas applying records have no capture; a client's write does.
-            if key.is_some() {
-                CAPTURE.with(|c| {
-                    if let Some(v) = c.borrow_mut().as_mut() {
-                        v.stray = true;
-                    }
-                });
+            if hash.is_some() {
+                with_capture(|v| v.stray = true);
             }
             return;
-        }
-        let Some(master) = layout.master else { return };
+        };
         if layout.targets.is_empty() {
             return;
         }
         let epoch = layout.epoch;
-        let records = match op {
-            ReplicationOp::Set {
-                key,
-                value,
-                flags,
-                expiry_unix_secs,
-                cas,
-                stale,
-            } => {
-                let item = ItemState {
-                    key,
-                    value,
-                    flags,
-                    expiry_unix_secs,
-                    cas,
-                    stale,
-                };
-                encode_item(master, &item, self.policy().chunk_bytes)
-            }
-            op => {
-                let mut b = Vec::new();
-                ReplicationRecord {
-                    range: master,
-                    seq: 0,
-                    op,
-                }
-                .encode(&mut b)
-                .map(|()| vec![b])
-            }
+        let Ok(records) = encode_op(master, op, self.policy().chunk_bytes) else {
+            return;
         };
-        let Ok(records) = records else { return };
-        let hash = key.map(cellcache_store::key_hash);
         let targets: Vec<Arc<Target>> = layout.targets.values().cloned().collect();
         drop(layout);
         let mut positions = Vec::with_capacity(targets.len());
@@ -943,11 +911,7 @@ impl ChangeSink for Replicator {
                 positions.push((t, last));
             }
         }
-        CAPTURE.with(|c| {
-            if let Some(v) = c.borrow_mut().as_mut() {
-                v.positions.extend(positions);
-            }
-        });
+        with_capture(|v| v.positions.extend(positions));
     }
 }
 
