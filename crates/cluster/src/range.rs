@@ -96,6 +96,61 @@ impl HashRange {
         Ok((first, second))
     }
 
+    /// The hashes in both arcs, as at most two arcs (two when one arc wraps into both ends
+    /// of the other).
+    pub fn intersect(&self, other: &HashRange) -> Vec<HashRange> {
+        let mut out = Vec::new();
+        for (a0, a1) in self.segments() {
+            for (b0, b1) in other.segments() {
+                let (lo, hi) = (a0.max(b0), a1.min(b1));
+                if lo <= hi {
+                    out.push((lo, hi));
+                }
+            }
+        }
+        join_segments(out)
+    }
+
+    /// The hashes of `self` that are not in `other`, as at most two arcs.
+    pub fn minus(&self, other: &HashRange) -> Vec<HashRange> {
+        let mut out = Vec::new();
+        for (a0, a1) in self.segments() {
+            let mut pieces = vec![(a0, a1)];
+            for (b0, b1) in other.segments() {
+                pieces = pieces
+                    .into_iter()
+                    .flat_map(|(p0, p1)| {
+                        let mut rest = Vec::new();
+                        if b1 < p0 || b0 > p1 {
+                            rest.push((p0, p1));
+                        } else {
+                            if b0 > p0 {
+                                rest.push((p0, b0 - 1));
+                            }
+                            if b1 < p1 {
+                                rest.push((b1 + 1, p1));
+                            }
+                        }
+                        rest
+                    })
+                    .collect();
+            }
+            out.extend(pieces);
+        }
+        join_segments(out)
+    }
+
+    /// The arc as one or two non-wrapping segments `(lo, hi)`, `lo <= hi`.
+    fn segments(&self) -> Vec<(u64, u64)> {
+        if self.is_full() {
+            vec![(0, u64::MAX)]
+        } else if self.wraps() {
+            vec![(self.start, u64::MAX), (0, self.end)]
+        } else {
+            vec![(self.start, self.end)]
+        }
+    }
+
     /// Absorption: `self` followed by the adjacent `next` as one arc.
     pub fn merge(&self, next: &HashRange) -> Result<HashRange, RangeError> {
         if self.end.wrapping_add(1) != next.start || self.len() + next.len() > 1u128 << 64 {
@@ -103,6 +158,24 @@ impl HashRange {
         }
         Ok(HashRange::new(self.start, next.end))
     }
+}
+
+/// Non-overlapping segments as arcs, joining a segment that ends at `u64::MAX` with one that
+/// starts at 0 into one wrapping arc.
+fn join_segments(mut segs: Vec<(u64, u64)>) -> Vec<HashRange> {
+    segs.sort_unstable();
+    let low = segs.first().filter(|s| s.0 == 0).copied();
+    let high = segs.last().filter(|s| s.1 == u64::MAX).copied();
+    if let (Some(l), Some(h)) = (low, high) {
+        if segs.len() > 1 {
+            segs.remove(segs.len() - 1);
+            segs.remove(0);
+            segs.push((h.0, l.1));
+        }
+    }
+    segs.into_iter()
+        .map(|(a, b)| HashRange::new(a, b))
+        .collect()
 }
 
 impl fmt::Display for HashRange {
@@ -115,6 +188,53 @@ impl fmt::Display for HashRange {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    fn arc() -> impl Strategy<Value = HashRange> {
+        // Small numbers near both ends of the ring, so arcs meet, wrap and touch the ends.
+        let point = prop_oneof![0u64..16, (u64::MAX - 15)..=u64::MAX];
+        (point.clone(), point).prop_map(|(a, b)| HashRange::new(a, b))
+    }
+
+    fn points() -> impl Iterator<Item = u64> {
+        (0u64..20).chain((u64::MAX - 19)..=u64::MAX)
+    }
+
+    proptest! {
+        #[test]
+        fn intersect_and_minus_agree_with_membership(a in arc(), b in arc()) {
+            let both = a.intersect(&b);
+            let rest = a.minus(&b);
+            prop_assert!(both.len() <= 2 && rest.len() <= 2);
+            for h in points() {
+                let in_both = both.iter().filter(|r| r.contains(h)).count();
+                let in_rest = rest.iter().filter(|r| r.contains(h)).count();
+                prop_assert_eq!(in_both, usize::from(a.contains(h) && b.contains(h)), "{} {} {}", a, b, h);
+                prop_assert_eq!(in_rest, usize::from(a.contains(h) && !b.contains(h)), "{} {} {}", a, b, h);
+            }
+        }
+    }
+
+    #[test]
+    fn intersections_that_wrap() {
+        let wrap = HashRange::new(u64::MAX - 1, 1);
+        assert_eq!(wrap.intersect(&HashRange::FULL), vec![wrap]);
+        assert_eq!(
+            HashRange::FULL.minus(&wrap),
+            vec![HashRange::new(2, u64::MAX - 2)]
+        );
+        assert_eq!(
+            HashRange::new(1, u64::MAX - 1).intersect(&wrap),
+            vec![
+                HashRange::new(1, 1),
+                HashRange::new(u64::MAX - 1, u64::MAX - 1)
+            ]
+        );
+        assert!(HashRange::new(3, 4).minus(&HashRange::new(0, 9)).is_empty());
+        assert_eq!(
+            wrap.minus(&HashRange::new(0, 0)),
+            vec![HashRange::new(1, 1), HashRange::new(u64::MAX - 1, u64::MAX)]
+        );
+    }
 
     #[test]
     fn full_ring_and_wrap() {

@@ -128,7 +128,7 @@ fn reply_unless(noreply: bool, out: &mut Vec<u8>, line: &[u8]) {
 
 /// memcached's `flush_all` argument: seconds from now, or an absolute unix time when
 /// larger than 30 days; negative or 0 means now.
-fn flush_delay_secs(delay: Option<i64>, now: u32) -> u32 {
+pub(crate) fn flush_delay_secs(delay: Option<i64>, now: u32) -> u32 {
     match delay {
         None => 0,
         Some(d) if d <= 0 => 0,

@@ -142,6 +142,12 @@ fn general(cell: &Cell, now: u32, out: &mut Vec<u8>) {
             "cluster_values_rebuilt",
             cl.stats.values_rebuilt.load(Relaxed),
         );
+        stat(out, "cluster_flushes", cl.stats.flushes.load(Relaxed));
+        stat(
+            out,
+            "cluster_flushes_applied",
+            cl.stats.flushes_applied.load(Relaxed),
+        );
         stat(
             out,
             "cluster_replication_bytes_sent",

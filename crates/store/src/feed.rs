@@ -9,6 +9,7 @@
 //! and must not call back into the store (it would deadlock on the shard lock).
 
 use crate::expiry::Expiry;
+use crate::range::HashRange;
 
 /// One mutation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,9 +41,13 @@ pub enum ChangeKind<'a> {
         /// new expiry
         expiry: Expiry,
     },
-    /// Every item of the store was invalidated (flush_all taking effect). Emitted once, with
-    /// every shard lock held, so it is ordered against all other changes.
-    Flush,
+    /// Every item whose key hash is in `range` was invalidated (flush_all taking effect;
+    /// `HashRange::FULL` for a whole store). Emitted once, with every shard lock held, so it
+    /// is ordered against all other changes.
+    Flush {
+        /// The hashes flushed.
+        range: HashRange,
+    },
 }
 
 /// A mutation with its sequence number.

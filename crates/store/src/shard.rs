@@ -83,9 +83,9 @@ impl Ctx<'_> {
             None => self.next_cas(),
         }
     }
-    /// Reports a flush; called by the store with every shard lock held.
-    pub fn emit_flush(&self) {
-        self.emit(ChangeKind::Flush);
+    /// Reports a flush of `range`; called by the store with every shard lock held.
+    pub fn emit_flush(&self, range: HashRange) {
+        self.emit(ChangeKind::Flush { range });
     }
 
     fn emit(&self, kind: ChangeKind<'_>) {
@@ -924,8 +924,8 @@ impl Shard {
         }
     }
 
-    /// Removes every item whose key hash is in `range`; returns how many.
-    pub fn drop_range(&mut self, range: HashRange) -> usize {
+    /// Removes every item whose key hash is in `range` and passes `pick`; returns how many.
+    pub fn drop_range(&mut self, range: HashRange, pick: &dyn Fn(u64) -> bool) -> usize {
         let mut dropped = 0;
         for slot in 0..self.index.capacity() {
             let Some(loc) = self.index.loc_at(slot) else {
@@ -933,9 +933,8 @@ impl Shard {
             };
             let h = self.header(loc);
             let b = loc as usize;
-            if range.contains(crate::key_hash(
-                &self.arena[b + h.key_offset..b + h.key_offset + h.key_len],
-            )) {
+            let hash = crate::key_hash(&self.arena[b + h.key_offset..b + h.key_offset + h.key_len]);
+            if range.contains(hash) && pick(hash) {
                 self.unlink(slot, loc, &h, Unlink::Deleted);
                 dropped += 1;
             }

@@ -171,7 +171,7 @@ impl Store {
     pub fn flush_all(&self, now: u32, delay_secs: u32) {
         if delay_secs == 0 {
             self.flush_at.store(0, Ordering::Release);
-            self.flush_now();
+            self.flush_range(HashRange::FULL);
         } else {
             self.flush_at
                 .store(now.saturating_add(delay_secs).max(1), Ordering::Release);
@@ -188,19 +188,25 @@ impl Store {
                 .compare_exchange(at, 0, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
         {
-            self.flush_now();
+            self.flush_range(HashRange::FULL);
         }
     }
 
-    /// Clears every shard under all shard locks at once and reports one `Flush`, so the flush
-    /// has a single place in the feed's order relative to every shard's mutations (a replica
-    /// replaying the feed wipes exactly what the master wiped).
-    fn flush_now(&self) {
+    /// Drops every item whose key hash is in `range` now, under all shard locks at once, and
+    /// reports one `Flush { range }`, so the flush has a single place in the feed's order
+    /// relative to every shard's mutations (a replica replaying the feed wipes exactly what
+    /// the master wiped). A ring cell flushes its master range this way; its backups apply
+    /// the reported flush to their copies of that range only.
+    pub fn flush_range(&self, range: HashRange) {
         let mut guards: Vec<_> = self.shards.iter().map(|s| s.lock()).collect();
         for g in &mut guards {
-            g.clear_all();
+            if range == HashRange::FULL {
+                g.clear_all();
+            } else {
+                g.drop_range(range, &|_| true);
+            }
         }
-        self.ctx().emit_flush();
+        self.ctx().emit_flush(range);
         drop(guards);
     }
 
@@ -259,7 +265,16 @@ impl Store {
     /// Removes every item whose key hash is in `range` (not reported to the change feed: it is a
     /// placement decision, not a client mutation). Returns how many were removed.
     pub fn drop_range(&self, range: HashRange) -> usize {
-        self.shards.iter().map(|s| s.lock().drop_range(range)).sum()
+        self.drop_range_if(range, |_| true)
+    }
+
+    /// Like [`Store::drop_range`], only for the hashes `pick` accepts (a backup applying a
+    /// replicated flush drops its copies of the sender's range, never keys it masters).
+    pub fn drop_range_if(&self, range: HashRange, pick: impl Fn(u64) -> bool) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().drop_range(range, &pick))
+            .sum()
     }
 
     /// Stores an item as-is (its CAS, flags, expiry, stale bit), e.g. received in a hand-off.
@@ -298,8 +313,9 @@ impl Store {
                 self.touch(key, expiry, now);
                 Ok(())
             }
-            ChangeKind::Flush => {
-                self.flush_all(now, 0);
+            ChangeKind::Flush { range } => {
+                // A replayed flush is the master's, already in its feed: not reported again.
+                self.drop_range(range);
                 Ok(())
             }
         }

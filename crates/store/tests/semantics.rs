@@ -570,7 +570,7 @@ enum OwnedChange {
     Put(OwnedItem),
     Delete(Vec<u8>),
     Touch(Vec<u8>, Expiry),
-    Flush,
+    Flush(HashRange),
 }
 
 impl ChangeSink for Recorder {
@@ -593,7 +593,7 @@ impl ChangeSink for Recorder {
             }),
             ChangeKind::Delete { key } => OwnedChange::Delete(key.to_vec()),
             ChangeKind::Touch { key, expiry } => OwnedChange::Touch(key.to_vec(), expiry),
-            ChangeKind::Flush => OwnedChange::Flush,
+            ChangeKind::Flush { range } => OwnedChange::Flush(range),
         };
         self.0.lock().unwrap().push((c.seq, o));
     }
@@ -634,7 +634,7 @@ fn change_feed_replay_rebuilds_an_identical_store() {
         log.windows(2).all(|w| w[0].0 < w[1].0),
         "sequence numbers increase"
     );
-    assert!(log.iter().any(|(_, c)| matches!(c, OwnedChange::Flush)));
+    assert!(log.iter().any(|(_, c)| matches!(c, OwnedChange::Flush(_))));
     let replica = Store::new(small_config()).unwrap();
     for (_, c) in &log {
         let kind = match c {
@@ -648,7 +648,7 @@ fn change_feed_replay_rebuilds_an_identical_store() {
             },
             OwnedChange::Delete(k) => ChangeKind::Delete { key: k },
             OwnedChange::Touch(k, e) => ChangeKind::Touch { key: k, expiry: *e },
-            OwnedChange::Flush => ChangeKind::Flush,
+            OwnedChange::Flush(r) => ChangeKind::Flush { range: *r },
         };
         replica.apply_change(&kind, NOW).unwrap();
     }
@@ -832,7 +832,7 @@ fn scan_range_plus_feed_reproduces_the_range() {
         let key = match c {
             OwnedChange::Put(i) => &i.key,
             OwnedChange::Delete(k) | OwnedChange::Touch(k, _) => k,
-            OwnedChange::Flush => panic!("no flush in this test"),
+            OwnedChange::Flush(_) => panic!("no flush in this test"),
         };
         if !range.contains(key_hash(key)) {
             continue;
@@ -841,7 +841,7 @@ fn scan_range_plus_feed_reproduces_the_range() {
             OwnedChange::Put(i) => replica.insert_item(i, NOW).unwrap(),
             OwnedChange::Delete(k) => drop(replica.delete(k, NOW, DeleteOptions::default())),
             OwnedChange::Touch(k, e) => drop(replica.touch(k, *e, NOW)),
-            OwnedChange::Flush => {}
+            OwnedChange::Flush(_) => {}
         }
     }
     let mut want = s.extract_range(range, NOW);
@@ -932,7 +932,7 @@ fn flush_is_one_event_across_shards_and_replays_exactly() {
     let log = rec.0.lock().unwrap().clone();
     let flushes = log
         .iter()
-        .filter(|(_, c)| matches!(c, OwnedChange::Flush))
+        .filter(|(_, c)| matches!(c, OwnedChange::Flush(_)))
         .count();
     assert_eq!(flushes, 2, "one event per flush, not one per shard");
     assert!(get(&s, b"between3", NOW + 6).is_none() && get(&s, b"late0", NOW + 6).is_none());
@@ -945,7 +945,7 @@ fn flush_is_one_event_across_shards_and_replays_exactly() {
     for (_, c) in &log {
         match c {
             OwnedChange::Put(i) => replica.insert_item(i, NOW).unwrap(),
-            OwnedChange::Flush => replica.flush_all(NOW, 0),
+            OwnedChange::Flush(r) => drop(replica.drop_range(*r)),
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -980,4 +980,54 @@ fn a_full_index_evicts_from_the_keys_buckets() {
     let last = format!("tiny{}", slots * 4 - 1);
     assert_eq!(get(&s, last.as_bytes(), NOW).unwrap().0, b"0123456789");
     s.check_invariants();
+}
+
+#[test]
+fn a_range_flush_drops_only_its_range_and_is_reported_once_with_it() {
+    let rec = Arc::new(Recorder::default());
+    let cfg = StoreConfig {
+        layout: Layout::Partitioned { shards: 4 },
+        memory_limit_bytes: 1 << 20,
+        ..small_config()
+    };
+    let s = Store::with_change_sink(cfg, rec.clone()).unwrap();
+    let keys: Vec<String> = (0..200).map(|i| format!("k{i}")).collect();
+    for k in &keys {
+        set(&s, k.as_bytes(), b"v");
+    }
+    let half = HashRange::new(0, u64::MAX / 2);
+    s.flush_range(half);
+    for k in &keys {
+        let inside = half.contains(cellcache_store::key_hash(k.as_bytes()));
+        assert_eq!(get(&s, k.as_bytes(), NOW).is_none(), inside, "{k}");
+    }
+    let log = rec.0.lock().unwrap().clone();
+    let flushes: Vec<_> = log
+        .iter()
+        .filter_map(|(_, c)| match c {
+            OwnedChange::Flush(r) => Some(*r),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(flushes, vec![half]);
+    // Replaying the flush on a replica drops the same keys and reports nothing.
+    let replica_rec = Arc::new(Recorder::default());
+    let replica = Store::with_change_sink(small_config(), replica_rec.clone()).unwrap();
+    for k in &keys {
+        set(&replica, k.as_bytes(), b"v");
+    }
+    replica_rec.0.lock().unwrap().clear();
+    replica
+        .apply_change(&ChangeKind::Flush { range: half }, NOW)
+        .unwrap();
+    assert!(replica_rec.0.lock().unwrap().is_empty());
+    let mut a = s.extract_range(HashRange::FULL, NOW);
+    let mut b = replica.extract_range(HashRange::FULL, NOW);
+    a.sort_by(|x, y| x.key.cmp(&y.key));
+    b.sort_by(|x, y| x.key.cmp(&y.key));
+    assert_eq!(a.len(), b.len());
+    assert_eq!(
+        a.iter().map(|i| &i.key).collect::<Vec<_>>(),
+        b.iter().map(|i| &i.key).collect::<Vec<_>>()
+    );
 }

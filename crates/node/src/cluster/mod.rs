@@ -11,6 +11,7 @@
 //! runs, and hands forwarded work to the runtime without ever blocking an engine worker.
 
 pub mod ext;
+pub mod flush;
 pub mod group;
 pub mod link;
 pub mod repl;
@@ -56,6 +57,10 @@ pub struct ClusterStats {
     pub handoff_streams: AtomicU64,
     /// Snapshot streams started to re-replicate a range to a backup.
     pub resync_streams: AtomicU64,
+    /// Flushes of this cell's master range (a client's `flush_all`, or a delayed one due).
+    pub flushes: AtomicU64,
+    /// Flush records applied as a backup (one per flush of each master this cell backs up).
+    pub flushes_applied: AtomicU64,
 }
 
 /// This cell's membership of a ring; see the module docs.
@@ -80,6 +85,8 @@ pub struct Cluster {
     reconciling: AtomicBool,
     /// This cell is leaving the ring: it stops the process once removed from the map.
     leaving: AtomicBool,
+    /// Delayed `flush_all`s this cell must keep or may have to (see [`flush`]).
+    flushes: Mutex<flush::PendingFlushes>,
     clock: Instant,
 }
 
@@ -161,6 +168,7 @@ impl Cluster {
             streams: Mutex::new(BTreeSet::new()),
             reconciling: AtomicBool::new(false),
             leaving: AtomicBool::new(false),
+            flushes: Mutex::new(flush::PendingFlushes::default()),
             clock,
         });
         cluster.learn_ids(&map);
@@ -271,6 +279,7 @@ impl Cluster {
                 ring.drain_outputs()
             };
             self.process(outputs);
+            self.flush_when_due();
             self.repl.check_waiters();
             for t in self.repl.targets() {
                 if t.take_needs_resync() {
@@ -402,6 +411,7 @@ impl Cluster {
             &link_for,
             &on_refused,
         );
+        self.announce_pending_flushes();
     }
 
     /// Executes the ring's outputs.

@@ -878,9 +878,23 @@ impl ChangeSink for Replicator {
                 key,
                 expiry_unix_secs: u64::from(expiry.as_unix_secs()),
             },
-            ChangeKind::Flush => ReplicationOp::Flush {
-                at_unix_secs: u64::from(now_secs()),
-            },
+            ChangeKind::Flush { range } => {
+                // A flush of (part of) the master range, now: replicated as a flush of
+                // exactly that part. A backup applying a flush reports one of a range it
+                // does not master, which goes nowhere.
+                let Some(master) = layout.master else { return };
+                let flushed = super::flush::ring_range(range);
+                let parts = if flushed.is_full() {
+                    vec![master]
+                } else {
+                    flushed.intersect(&master)
+                };
+                drop(layout);
+                for part in parts {
+                    self.push_flush(part, 0);
+                }
+                return;
+            }
         };
         let hash = op.key().map(cellcache_store::key_hash);
         let Some(master) = layout.master.filter(|m| hash.is_none_or(|h| m.contains(h))) else {
@@ -899,19 +913,46 @@ impl ChangeSink for Replicator {
         };
         let targets: Vec<Arc<Target>> = layout.targets.values().cloned().collect();
         drop(layout);
+        self.push_to(&targets, epoch, &records, hash);
+    }
+}
+
+impl Replicator {
+    /// Queues `records` (the parts of one change of the key hashing to `hash`) on every
+    /// target's live lane and records, for the calling request, the positions it waits for.
+    fn push_to(&self, targets: &[Arc<Target>], epoch: u64, records: &[Vec<u8>], hash: Option<u64>) {
         let mut positions = Vec::with_capacity(targets.len());
         for t in targets {
             // A write is replicated once its last part is acknowledged.
             let mut last = 0;
-            for b in &records {
+            for b in records {
                 let entry = Entry::Record(b.clone(), hash);
-                last = self.push(&t, epoch, entry, LaneKind::Live);
+                last = self.push(t, epoch, entry, LaneKind::Live);
             }
-            if t.waited.load(Ordering::Acquire) || self.child_lags(&t) {
-                positions.push((t, last));
+            if t.waited.load(Ordering::Acquire) || self.child_lags(t) {
+                positions.push((t.clone(), last));
             }
         }
         with_capture(|v| v.positions.extend(positions));
+    }
+
+    /// Replicates a flush of `range` (part of the master range): now when `at_unix_secs` is
+    /// 0, else the promise of one at that second (see `flush`).
+    pub fn push_flush(&self, range: HashRange, at_unix_secs: u32) {
+        let layout = self.layout.lock();
+        if layout.targets.is_empty() || layout.master.is_none_or(|m| !m.covers(&range)) {
+            return;
+        }
+        let epoch = layout.epoch;
+        let op = ReplicationOp::Flush {
+            at_unix_secs: u64::from(at_unix_secs),
+        };
+        let Ok(records) = encode_op(range, op, self.policy().chunk_bytes) else {
+            return;
+        };
+        let targets: Vec<Arc<Target>> = layout.targets.values().cloned().collect();
+        drop(layout);
+        self.push_to(&targets, epoch, &records, None);
     }
 }
 
@@ -1033,7 +1074,9 @@ impl Assembly {
 /// Applies a `Replicate` or `SnapshotChunk` payload to the backup's store, advancing
 /// `applied` (records at or below it are skipped), rebuilding values sent in parts in
 /// `parts` (at most `parts_bytes_max` bytes held) and leaving out keys `keep` refuses.
-/// Returns how many values it rebuilt from parts.
+/// A flush record is handed to `flush` with its range and second (0: now). Returns how
+/// many values it rebuilt from parts.
+#[allow(clippy::too_many_arguments)]
 pub fn apply_records(
     store: &Store,
     payload: &[u8],
@@ -1042,6 +1085,7 @@ pub fn apply_records(
     parts_bytes_max: usize,
     now: u32,
     keep: impl Fn(u64) -> bool,
+    mut flush: impl FnMut(HashRange, u32),
 ) -> Result<u64, String> {
     use cellcache_store::{Expiry, OwnedItem};
     let mut rebuilt = 0;
@@ -1124,7 +1168,10 @@ pub fn apply_records(
                 },
                 now,
             ),
-            ReplicationOp::Flush { .. } => store.apply_change(&ChangeKind::Flush, now),
+            ReplicationOp::Flush { at_unix_secs } => {
+                flush(rec.range, u32::try_from(at_unix_secs).unwrap_or(u32::MAX));
+                Ok(())
+            }
         };
         if let Err(e) = outcome {
             // A backup out of memory keeps going: it is a cache, and the master's copy is
@@ -1376,6 +1423,7 @@ mod tests {
                 1 << 20,
                 now_secs(),
                 |_| true,
+                |_, _| {},
             )
             .expect("applies")
         };
@@ -1424,6 +1472,7 @@ mod tests {
             parts_bytes_max,
             now_secs(),
             |_| true,
+            |_, _| {},
         )
         .expect("applies")
     }

@@ -167,7 +167,19 @@ pub fn execute_local(
     out: &mut Vec<u8>,
     counters: &mut LocalCounters,
 ) -> (Flow, Captured) {
-    repl::capture(|| crate::local::execute(&cl.cell, req, now, out, counters))
+    repl::capture(|| match req {
+        // A ring cell flushes the range it masters, through its replication stream; the
+        // store's own flush would wipe its backups' copies too (see `flush`).
+        Request::FlushAll { delay, noreply } => {
+            counters.cmd_flush += 1;
+            cl.flush_master_range(now, crate::local::flush_delay_secs(*delay, now));
+            if !noreply {
+                out.extend_from_slice(b"OK\r\n");
+            }
+            Flow::Continue
+        }
+        _ => crate::local::execute(&cl.cell, req, now, out, counters),
+    })
 }
 
 /// What becomes of a locally executed request's reply.

@@ -149,7 +149,8 @@ fn on_frame(
                 let _ = tx.send((FrameKind::Refused, id, b"fetching the newer map".to_vec()));
                 return true;
             }
-            let (keep, serving): (Box<dyn Fn(u64) -> bool>, bool) = {
+            type Pick = Box<dyn Fn(u64) -> bool>;
+            let (keep, flushable, serving): (Pick, Pick, bool) = {
                 let ring = cl.ring.lock();
                 let map = ring.map().clone();
                 let now = cl.now_ms();
@@ -167,10 +168,17 @@ fn on_frame(
                 let child_of_sender = map.migrations().iter().any(|m| {
                     matches!(m, cellcache_cluster::Migration::Division { parent, child, .. } if *child == me && *parent == sender)
                 });
-                (
-                    Box::new(move |h| child_of_sender || map.holds_copy(&me, h)),
-                    serving,
-                )
+                let holds = {
+                    let (map, me) = (map.clone(), me.clone());
+                    move |h| child_of_sender || map.holds_copy(&me, h)
+                };
+                // A replicated flush drops this cell's copies of the sender's range, never
+                // keys it masters itself (a deposed sender's flush must not reach them).
+                let flushable = {
+                    let holds = holds.clone();
+                    move |h| holds(h) && map.owner(h).id != me
+                };
+                (Box::new(holds), Box::new(flushable), serving)
             };
             if serving {
                 cl.stats
@@ -222,6 +230,7 @@ fn on_frame(
                     cl.config.replication_backlog_bytes_max,
                     cl.cell.now(),
                     keep,
+                    |range, at| cl.flush_received(range, at, &flushable),
                 ) {
                     Ok(rebuilt) => {
                         cl.stats
