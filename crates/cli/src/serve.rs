@@ -55,6 +55,10 @@ pub struct ServeArgs {
     /// Wait outside any ring until `cellcache ctl split CELL --new THIS` brings it in.
     #[arg(long)]
     pub standby: bool,
+    /// Directory of the membership file that lets a restarted cell rejoin its ring
+    /// (`off`: none; default: $XDG_STATE_HOME/cellcache or ~/.local/state/cellcache).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<String>,
     /// Run as a plain memcached-compatible server, not a ring member.
     #[arg(long)]
     pub standalone: bool,
@@ -141,6 +145,9 @@ impl ServeArgs {
         }
         if self.standby {
             c.cluster.standby = true;
+        }
+        if let Some(d) = &self.state_dir {
+            c.cluster.state_dir = d.clone();
         }
         if self.standalone {
             c.cluster.enabled = false;

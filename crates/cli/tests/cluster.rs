@@ -236,7 +236,7 @@ fn every_mutation_replicates_with_its_cas() {
 /// stamped with the current epoch.
 #[test]
 fn a_deposed_master_gets_no_acknowledgement() {
-    use cellcache_cluster::wire::payload::{ReplicationOp, ReplicationRecord, encode_hello};
+    use cellcache_cluster::wire::payload::{Hello, ReplicationOp, ReplicationRecord, encode_hello};
     use cellcache_cluster::wire::{self, Decoded, FrameKind, WireConfig};
     use cellcache_cluster::{CellId, HashRange};
     if common::is_memcached() {
@@ -275,21 +275,18 @@ fn a_deposed_master_gets_no_acknowledgement() {
         b"STORED\r\n",
     );
     let other = ring.id(0).parse::<CellId>().unwrap();
+    let hello = encode_hello(&Hello {
+        cell: other.clone(),
+        ring: u64::from_str_radix(status[0].split(' ').nth(9).unwrap(), 16).unwrap(),
+        client: ring.cells[0].addr.to_string(),
+    });
     let cfg = WireConfig::default();
     let mut s = std::net::TcpStream::connect(&peer).unwrap();
     s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
         .unwrap();
     let mut out = Vec::new();
     // Pretends to be the other cell, once at an old epoch, then at the current one.
-    wire::encode(
-        &cfg,
-        FrameKind::Hello,
-        epoch,
-        0,
-        &encode_hello(&other),
-        &mut out,
-    )
-    .unwrap();
+    wire::encode(&cfg, FrameKind::Hello, epoch, 0, &hello, &mut out).unwrap();
     s.write_all(&out).unwrap();
     let record = |seq: u64, v: &[u8]| {
         let mut b = Vec::new();
@@ -362,15 +359,7 @@ fn a_deposed_master_gets_no_acknowledgement() {
     s2.set_read_timeout(Some(std::time::Duration::from_secs(10)))
         .unwrap();
     out.clear();
-    wire::encode(
-        &cfg,
-        FrameKind::Hello,
-        epoch,
-        0,
-        &encode_hello(&other),
-        &mut out,
-    )
-    .unwrap();
+    wire::encode(&cfg, FrameKind::Hello, epoch, 0, &hello, &mut out).unwrap();
     wire::encode(&cfg, FrameKind::MapRequest, epoch, 9, &[], &mut out).unwrap();
     s2.write_all(&out).unwrap();
     let mut buf2 = Vec::new();

@@ -168,6 +168,14 @@ fn spec(name: &str, peer_port: u16, join: Option<SocketAddr>) -> ServerSpec {
                 "CELLCACHE_LOG__LEVEL".into(),
                 "info,cellcache_node::cluster=debug".into(),
             ),
+            // Each cell its own membership file, none left for a later run's port.
+            (
+                "CELLCACHE_CLUSTER__STATE_DIR".into(),
+                std::env::temp_dir()
+                    .join(format!("cellcache-failures-{}-{port}", std::process::id()))
+                    .to_string_lossy()
+                    .into_owned(),
+            ),
         ],
         addr: SocketAddr::from(([127, 0, 0, 1], port)),
         log_dir: default_log_dir(),

@@ -152,7 +152,10 @@ fn master_and_backup_agree_after_a_flush_among_concurrent_writes() {
         .into_iter()
         .flat_map(|h| h.join().unwrap())
         .collect();
-    assert!(acked.iter().any(|(_, _, t)| *t > flushed), "writes after the flush");
+    assert!(
+        acked.iter().any(|(_, _, t)| *t > flushed),
+        "writes after the flush"
+    );
     // The last acknowledged value of each key written after the flush was acknowledged is
     // readable, and every cell holding a copy holds that same value.
     let mut last = std::collections::BTreeMap::new();

@@ -135,6 +135,11 @@ pub enum MapError {
 /// The cluster map; see the module docs for its invariants.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterMap {
+    /// The ring's identity, chosen at random when its first cell bootstrapped and kept by
+    /// every later map: cells of two rings never take each other's frames or maps (a
+    /// restarted first cell bootstraps a new ring with a new identity).
+    #[serde(default)]
+    pub(crate) ring: u64,
     pub(crate) epoch: u64,
     pub(crate) replication_factor: u8,
     pub(crate) cells: Vec<Cell>,
@@ -148,13 +153,26 @@ pub struct ClusterMap {
 }
 
 impl ClusterMap {
-    /// The first map of a cluster: one Active cell mastering the whole ring, epoch 1.
+    /// The first map of a cluster: one Active cell mastering the whole ring, epoch 1, ring
+    /// identity 0 (see [`ClusterMap::bootstrap_ring`]).
     pub fn bootstrap(
         id: CellId,
         address: CellAddress,
         replication_factor: u8,
     ) -> Result<ClusterMap, MapError> {
+        ClusterMap::bootstrap_ring(id, address, replication_factor, 0)
+    }
+
+    /// [`ClusterMap::bootstrap`] of the ring identified by `ring` (a random number the
+    /// caller draws: this crate reads no randomness).
+    pub fn bootstrap_ring(
+        id: CellId,
+        address: CellAddress,
+        replication_factor: u8,
+        ring: u64,
+    ) -> Result<ClusterMap, MapError> {
         let mut map = ClusterMap {
+            ring,
             epoch: 1,
             replication_factor,
             cells: vec![Cell {
@@ -169,6 +187,11 @@ impl ClusterMap {
         };
         map.validate()?;
         Ok(map)
+    }
+
+    /// The ring's identity (see the field).
+    pub fn ring(&self) -> u64 {
+        self.ring
     }
 
     /// Monotonic version; every committed change increments it by exactly one.

@@ -71,6 +71,13 @@ pub struct ClusterConfig {
     /// Start outside any ring and wait to be brought in by `cellcache ctl split` (the
     /// cell answers keyed requests with `SERVER_ERROR` until then).
     pub standby: bool,
+    /// Directory of the membership file (`ring-HOST_PORT.toml`: the ring's identity and its
+    /// cells' client addresses), written while the ring has other cells, so that a
+    /// restarted cell rejoins its ring as a new cell instead of starting a second ring.
+    /// Empty: `$XDG_STATE_HOME/cellcache`, else `$HOME/.local/state/cellcache`; `off`: no
+    /// file (a restarted first cell then only learns of its old ring when a cell of it
+    /// calls, and stops).
+    pub state_dir: String,
     /// Copies of each item (master + backups) of a ring this cell bootstraps, 1..=5.
     pub replication_factor: u8,
     /// `sync` acknowledges writes after the backups applied them, `async` before.
@@ -124,6 +131,7 @@ impl Default for ClusterConfig {
             advertise_host: String::new(),
             join: String::new(),
             standby: false,
+            state_dir: String::new(),
             replication_factor: 2,
             replication: ReplicationMode::Sync,
             no_backup: NoBackupPolicy::Refuse,

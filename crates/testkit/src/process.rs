@@ -181,8 +181,18 @@ impl ServerSpec {
             args: ["serve", "-l", "127.0.0.1", "-p", &port.to_string()]
                 .map(String::from)
                 .to_vec(),
-            // plain text logs: they are read in files, not on a terminal
-            env: vec![("NO_COLOR".into(), "1".into())],
+            // plain text logs: they are read in files, not on a terminal; a membership file
+            // of its own (none left for a later run's address)
+            env: vec![
+                ("NO_COLOR".into(), "1".into()),
+                (
+                    "CELLCACHE_CLUSTER__STATE_DIR".into(),
+                    default_log_dir()
+                        .join(format!("state-{name}-{port}"))
+                        .to_string_lossy()
+                        .into_owned(),
+                ),
+            ],
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
             log_dir: default_log_dir(),
             ready_timeout: Duration::from_secs(20),

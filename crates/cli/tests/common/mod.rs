@@ -45,6 +45,16 @@ pub fn wait_until(
     }
 }
 
+/// A fresh directory for the membership file of the cell on `port` (`cluster.state_dir`).
+pub fn state_dir(port: u16) -> String {
+    let dir = std::env::temp_dir().join(format!(
+        "cellcache-test-state-{}-{port}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir.to_string_lossy().into_owned()
+}
+
 pub fn is_memcached() -> bool {
     target() == "memcached"
 }
@@ -80,6 +90,8 @@ impl Server {
                     c.args(["--io-engine", &engine]);
                 }
                 c.env("CELLCACHE_LOG__LEVEL", "warn");
+                // Each server its own membership file (none left for a later run's port).
+                c.env("CELLCACHE_CLUSTER__STATE_DIR", state_dir(port));
                 c
             };
             cmd.args(extra).stdin(Stdio::null()).stdout(Stdio::null());
@@ -96,6 +108,53 @@ impl Server {
             }
         }
         panic!("server did not become ready");
+    }
+
+    /// Starts cellcache again on `port` (a restart with the same command line: `extra`),
+    /// keeping the membership file the first start left in [`state_dir`]'s directory, or
+    /// with `state_dir` given instead. Returns the server, whether or not it became ready.
+    pub fn restart_on(port: u16, extra: &[&str], state_dir: Option<&str>) -> (Server, bool) {
+        let dir = state_dir.map_or_else(
+            || {
+                std::env::temp_dir()
+                    .join(format!(
+                        "cellcache-test-state-{}-{port}",
+                        std::process::id()
+                    ))
+                    .to_string_lossy()
+                    .into_owned()
+            },
+            str::to_string,
+        );
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_cellcache"));
+        cmd.args(["serve", "-l", "127.0.0.1", "-p", &port.to_string()]);
+        if let Some(engine) = io_engine() {
+            cmd.args(["--io-engine", &engine]);
+        }
+        cmd.env("CELLCACHE_LOG__LEVEL", "warn")
+            .env("CELLCACHE_CLUSTER__STATE_DIR", dir)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        let child = cmd.spawn().expect("server binary starts");
+        let mut server = Server {
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            child,
+        };
+        let ready = server.wait_ready();
+        (server, ready)
+    }
+
+    /// The exit status once the process ended by itself within `timeout`, else `None`.
+    pub fn exit_within(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
     }
 
     fn wait_ready(&mut self) -> bool {

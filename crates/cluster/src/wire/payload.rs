@@ -439,16 +439,57 @@ impl RangeSeq {
     }
 }
 
-/// Hello payload: the sender's cell id as text.
-pub fn encode_hello(id: &CellId) -> Vec<u8> {
-    id.to_string().into_bytes()
+/// The first frame of every peer connection: who sends, of which ring, reachable where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hello {
+    /// The sender's cell id.
+    pub cell: CellId,
+    /// The sender's ring ([`crate::ClusterMap::ring`]).
+    pub ring: u64,
+    /// The sender's client (memcached) address, for operators' messages.
+    pub client: String,
+}
+
+/// Longest client address a Hello carries.
+const HELLO_CLIENT_BYTES_MAX: usize = 255;
+
+/// Hello payload, as text: `<cell id> <ring, hex> <client address>`.
+pub fn encode_hello(hello: &Hello) -> Vec<u8> {
+    format!("{} {:x} {}", hello.cell, hello.ring, hello.client).into_bytes()
 }
 
 /// Parses a Hello payload.
-pub fn decode_hello(buf: &[u8]) -> Result<CellId, WireError> {
+pub fn decode_hello(buf: &[u8]) -> Result<Hello, WireError> {
     let text = std::str::from_utf8(buf).map_err(|_| WireError::Payload("hello is not UTF-8"))?;
+    let mut words = text.split(' ');
+    let bad = WireError::Payload("hello is not `<cell> <ring> <client address>`");
+    let (Some(cell), Some(ring), Some(client), None) =
+        (words.next(), words.next(), words.next(), words.next())
+    else {
+        return Err(bad);
+    };
+    if client.is_empty() || client.len() > HELLO_CLIENT_BYTES_MAX {
+        return Err(bad);
+    }
+    Ok(Hello {
+        cell: cell
+            .parse()
+            .map_err(|_| WireError::Payload("hello is not a cell id"))?,
+        ring: u64::from_str_radix(ring, 16).map_err(|_| WireError::Payload("hello ring"))?,
+        client: client.to_string(),
+    })
+}
+
+/// A cell id as a payload (a suspect to probe), as text.
+pub fn encode_cell_id(id: &CellId) -> Vec<u8> {
+    id.to_string().into_bytes()
+}
+
+/// Parses a cell id payload.
+pub fn decode_cell_id(buf: &[u8]) -> Result<CellId, WireError> {
+    let text = std::str::from_utf8(buf).map_err(|_| WireError::Payload("cell id is not UTF-8"))?;
     text.parse()
-        .map_err(|_| WireError::Payload("hello is not a cell id"))
+        .map_err(|_| WireError::Payload("not a cell id"))
 }
 
 #[cfg(test)]
@@ -540,8 +581,20 @@ mod tests {
             ..rec
         };
         assert!(empty.encode(&mut out).is_err());
-        assert_eq!(decode_hello(b"2.25").unwrap().to_string(), "2.25");
-        assert!(decode_hello(b"x").is_err());
+        let hello = Hello {
+            cell: "2.25".parse().unwrap(),
+            ring: 0xfeed,
+            client: "127.0.0.1:11211".into(),
+        };
+        assert_eq!(encode_hello(&hello), b"2.25 feed 127.0.0.1:11211");
+        assert_eq!(decode_hello(&encode_hello(&hello)).unwrap(), hello);
+        assert!(decode_hello(b"2.25").is_err(), "a hello names its ring");
+        assert!(decode_hello(b"2.25 feed 127.0.0.1:1 x").is_err());
+        assert!(decode_hello(b"x 1 a").is_err());
+        assert_eq!(
+            decode_cell_id(&encode_cell_id(&hello.cell)).unwrap(),
+            hello.cell
+        );
         assert!(RangeSeq::decode(&[0; 25]).is_err());
     }
 

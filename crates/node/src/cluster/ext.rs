@@ -101,11 +101,12 @@ async fn status(cl: &Arc<Cluster>) -> String {
         None => Default::default(),
     };
     let mut out = format!(
-        "EPOCH {} RF {} LEADER {} SELF {}\r\n",
+        "EPOCH {} RF {} LEADER {} SELF {} RING {:x}\r\n",
         map.epoch(),
         map.replication_factor(),
         leader.map_or("-".to_string(), |l| l.to_string()),
-        cl.me
+        cl.me,
+        map.ring()
     );
     for c in map.cells() {
         let stats = if c.id == cl.me {

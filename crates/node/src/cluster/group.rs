@@ -118,7 +118,7 @@ pub async fn handle(cl: Arc<Cluster>, payload: Vec<u8>) -> Vec<u8> {
             }
         }
         OP_PROBE => {
-            let Ok(suspect) = cellcache_cluster::wire::payload::decode_hello(body) else {
+            let Ok(suspect) = cellcache_cluster::wire::payload::decode_cell_id(body) else {
                 return [&[FAILED][..], b"bad probe"].concat();
             };
             if probe(&cl, &suspect).await {
@@ -182,7 +182,7 @@ async fn probe_through(cl: &Arc<Cluster>, helper: &CellId, suspect: &CellId) -> 
     };
     let payload = [
         &[OP_PROBE][..],
-        &cellcache_cluster::wire::payload::encode_hello(suspect),
+        &cellcache_cluster::wire::payload::encode_cell_id(suspect),
     ]
     .concat();
     let answer = link.call(FrameKind::Consensus, payload);

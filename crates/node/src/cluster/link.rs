@@ -87,11 +87,11 @@ pub struct Link {
 }
 
 impl Link {
-    /// Starts the connection task for `to` at `addr` on `rt`. Frames carry the epoch read
-    /// from `epoch` when they are written.
+    /// Starts the connection task for `to` at `addr` on `rt`, which introduces itself with
+    /// `hello`. Frames carry the epoch read from `epoch` when they are written.
     pub fn start(
         rt: &tokio::runtime::Handle,
-        me: CellId,
+        hello: payload::Hello,
         to: CellId,
         addr: String,
         wire: WireConfig,
@@ -100,7 +100,7 @@ impl Link {
     ) -> Arc<Link> {
         let (tx, rx) = mpsc::unbounded_channel();
         let task = Task {
-            me,
+            hello,
             addr: addr.clone(),
             wire,
             epoch,
@@ -171,7 +171,7 @@ impl Link {
 type Pending = Arc<Mutex<HashMap<u64, (Instant, Reply)>>>;
 
 struct Task {
-    me: CellId,
+    hello: payload::Hello,
     addr: String,
     wire: WireConfig,
     epoch: Arc<AtomicU64>,
@@ -242,7 +242,7 @@ impl Task {
             let _ = closed_tx.send(());
         });
         let mut out = Vec::with_capacity(64 * 1024);
-        let hello = payload::encode_hello(&self.me);
+        let hello = payload::encode_hello(&self.hello);
         let epoch = self.epoch.load(Ordering::Acquire);
         let _ = wire::encode(&self.wire, FrameKind::Hello, epoch, 0, &hello, &mut out);
         self.push(first, &mut out, &pending);
@@ -395,7 +395,11 @@ mod tests {
         });
         let link = Link::start(
             rt.handle(),
-            CellId::whole(1),
+            payload::Hello {
+                cell: CellId::whole(1),
+                ring: 1,
+                client: "127.0.0.1:1".into(),
+            },
             CellId::whole(2),
             addr,
             WireConfig::default(),

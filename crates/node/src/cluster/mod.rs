@@ -15,6 +15,7 @@ pub mod flush;
 pub mod group;
 pub mod link;
 pub mod repl;
+pub mod restart;
 pub mod route;
 pub mod server;
 
@@ -66,6 +67,8 @@ pub struct ClusterStats {
 /// This cell's membership of a ring; see the module docs.
 pub struct Cluster {
     pub me: CellId,
+    /// The ring's identity ([`ClusterMap::ring`]): peers of another ring are refused.
+    pub ring_id: u64,
     pub address: CellAddress,
     pub config: ClusterConfig,
     pub cell: Arc<Cell>,
@@ -87,6 +90,8 @@ pub struct Cluster {
     leaving: AtomicBool,
     /// Delayed `flush_all`s this cell must keep or may have to (see [`flush`]).
     flushes: Mutex<flush::PendingFlushes>,
+    /// What the membership file says now (see [`restart`]).
+    membership: Mutex<Option<restart::Membership>>,
     clock: Instant,
 }
 
@@ -133,10 +138,28 @@ impl Cluster {
             peer: join_host(peer.port()),
         };
         tracing::info!(client = %address.client, peer = %address.peer, "peer listener bound");
+        // A first cell restarted with its original command line rejoins its ring, if that is
+        // still alive, instead of starting a second one (see `restart`).
+        let rejoin = if join.is_empty() {
+            let file = restart::file_path(&config.state_dir, &address.client);
+            restart::ring_to_rejoin(
+                file.as_deref(),
+                &address,
+                Duration::from_millis(config.request_timeout_ms),
+            )?
+        } else {
+            None
+        };
+        let join = rejoin.as_deref().unwrap_or(join);
         let (me, map, bootstrap) = if join.is_empty() {
             let me = CellId::whole(1);
-            let map = ClusterMap::bootstrap(me.clone(), address.clone(), config.replication_factor)
-                .context("bootstrap map")?;
+            let map = ClusterMap::bootstrap_ring(
+                me.clone(),
+                address.clone(),
+                config.replication_factor,
+                new_ring_id(),
+            )
+            .context("bootstrap map")?;
             (me, map, true)
         } else {
             let map = join_ring(join, &address, parent, config.request_timeout_ms)?;
@@ -153,6 +176,7 @@ impl Cluster {
         let ring = Ring::new(me.clone(), map.clone(), config.ring, 1);
         let cluster = Arc::new(Cluster {
             me: me.clone(),
+            ring_id: map.ring(),
             address,
             config: config.clone(),
             cell,
@@ -169,9 +193,11 @@ impl Cluster {
             reconciling: AtomicBool::new(false),
             leaving: AtomicBool::new(false),
             flushes: Mutex::new(flush::PendingFlushes::default()),
+            membership: Mutex::new(None),
             clock,
         });
         cluster.learn_ids(&map);
+        cluster.remember_membership(&map);
         let transport = Arc::new(group::Transport {
             cluster: Arc::downgrade(&cluster),
         });
@@ -246,7 +272,11 @@ impl Cluster {
         }
         let link = Link::start(
             &self.handle,
-            self.me.clone(),
+            cellcache_cluster::wire::payload::Hello {
+                cell: self.me.clone(),
+                ring: self.ring_id,
+                client: self.address.client.clone(),
+            },
             to.clone(),
             addr,
             self.config.wire,
@@ -346,6 +376,7 @@ impl Cluster {
             "map installed"
         );
         self.learn_ids(&map);
+        self.remember_membership(&map);
         self.refresh_layout();
         self.process(outputs);
         self.reconcile_membership();
@@ -798,6 +829,20 @@ fn bind_peer(client: SocketAddr, port: u16) -> anyhow::Result<std::net::TcpListe
 }
 
 /// Asks the cell at `join` (client port) to admit this cell; returns the map that has it.
+/// A random ring identity: the clock's nanoseconds mixed with this process's id and a
+/// per-process random state, never 0 (0 is a map from before ring identities).
+fn new_ring_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.write_u32(std::process::id());
+    h.finish().max(1)
+}
+
 fn join_ring(
     join: &str,
     me: &CellAddress,

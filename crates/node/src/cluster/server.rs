@@ -29,9 +29,9 @@ type Out = mpsc::UnboundedSender<(FrameKind, u64, Vec<u8>)>;
 pub async fn accept_loop(cl: Arc<Cluster>, listener: TcpListener) {
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => {
+            Ok((stream, peer)) => {
                 let _ = stream.set_nodelay(true);
-                tokio::spawn(connection(cl.clone(), stream));
+                tokio::spawn(connection(cl.clone(), stream, peer.to_string()));
             }
             Err(e) => {
                 tracing::warn!(error = %e, "peer accept failed");
@@ -41,7 +41,7 @@ pub async fn accept_loop(cl: Arc<Cluster>, listener: TcpListener) {
     }
 }
 
-async fn connection(cl: Arc<Cluster>, stream: TcpStream) {
+async fn connection(cl: Arc<Cluster>, stream: TcpStream, peer: String) {
     let (mut rd, mut wr) = stream.into_split();
     let (tx, mut rx) = mpsc::unbounded_channel::<(FrameKind, u64, Vec<u8>)>();
     let wire_cfg = cl.config.wire;
@@ -74,9 +74,13 @@ async fn connection(cl: Arc<Cluster>, stream: TcpStream) {
                 let hello = (frame.kind == FrameKind::Hello)
                     .then(|| payload::decode_hello(&frame.payload).ok())
                     .flatten();
-                let Some(id) = hello else { return false };
-                fenced = cl.ring.lock().map().is_fenced(&id);
-                from = Some(id);
+                let Some(hello) = hello else { return false };
+                if hello.ring != cl.ring_id {
+                    cl.foreign_hello(&hello, &peer);
+                    return false;
+                }
+                fenced = cl.ring.lock().map().is_fenced(&hello.cell);
+                from = Some(hello.cell);
             }
             // A removed cell may only learn that it was removed: it gets the
             // map (in which it is fenced), and every other request is refused.
