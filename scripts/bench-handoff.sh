@@ -22,7 +22,7 @@ KEYS=$((MB * 1024 * 1024 / 1000))
   -n $((KEYS * 3)) --key-prefix fill: --progress never > "$OUT/fill.txt"
 bytes_sent() { # the parent's cluster_replication_bytes_sent
   local v=0 line
-  exec 5<>"/dev/tcp/127.0.0.1/$P"; printf 'stats\r\n' >&5
+  exec 5<>"/dev/tcp/127.0.0.1/$P"; printf 'stats cell\r\n' >&5
   while read -r -t 5 line <&5; do
     line=${line%$'\r'}
     case $line in "STAT cluster_replication_bytes_sent "*) v=${line##* } ;; END) break ;; esac

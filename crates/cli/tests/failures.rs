@@ -624,10 +624,10 @@ fn a_cell_cut_from_its_peers_stops_acknowledging_and_heals() {
     check_pre_keys(&ring);
 }
 
-/// A counter of `stats` on one cell.
+/// A counter of one cell's own figures (`stats cell`; `stats` is the ring's).
 fn stat(ring: &Ring, i: usize, name: &str) -> Option<u64> {
     let addr = ring.cells[i].addr();
-    let l = ring.at(|| lines(addr, "stats\r\n")).ok()?;
+    let l = ring.at(|| lines(addr, "stats cell\r\n")).ok()?;
     l.iter()
         .find_map(|l| l.strip_prefix(&format!("STAT {name} ")))
         .and_then(|v| v.parse().ok())

@@ -187,7 +187,7 @@ impl Session for Conn {
                         None => execute(&self.cell, &request, now, out, &mut self.counters),
                         Some(cl) => {
                             let placed_at = cl.epoch();
-                            let placement = route::place(cl, &request, false);
+                            let placement = route::place_in_order(cl, &request, false, None);
                             let mut local = None;
                             if let Placement::NoKeys | Placement::Local = placement {
                                 let start = out.len();
@@ -240,6 +240,7 @@ impl Session for Conn {
                                     let ctx = Ctx {
                                         forwarded: false,
                                         from_epoch: 0,
+                                        parked: None,
                                         deadline: Instant::now()
                                             + Duration::from_millis(cl.config.request_timeout_ms),
                                     };

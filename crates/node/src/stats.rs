@@ -13,7 +13,8 @@ fn stat(out: &mut Vec<u8>, name: &str, value: impl Display) {
 
 pub fn reply(cell: &Cell, group: &StatsGroup<'_>, now: u32, out: &mut Vec<u8>) {
     match group {
-        StatsGroup::General => general(cell, now, out),
+        // `stats cell`: this cell's own figures (in a ring, `stats` is the whole ring's).
+        StatsGroup::General | StatsGroup::Other(b"cell") => general(cell, now, out),
         StatsGroup::Settings => settings(cell, out),
         StatsGroup::Items => items(cell, out),
         StatsGroup::Slabs => slabs(cell, out),

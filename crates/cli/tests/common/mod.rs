@@ -17,6 +17,19 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Server {
     pub addr: SocketAddr,
     child: Child,
+    /// Under `CELLCACHE_TEST_RING`: the other cells of the ring this one is the entry of.
+    ring: Vec<Server>,
+}
+
+/// `CELLCACHE_TEST_RING=N` runs every single-server suite through one cell of a ring of
+/// `N` cells (the second, so that keys of every master are forwarded): a ring must answer
+/// exactly as one memcached does.
+pub fn test_ring_size() -> usize {
+    std::env::var("CELLCACHE_TEST_RING")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .filter(|_| !is_memcached())
+        .unwrap_or(1)
 }
 
 /// Which implementation the suite talks to.
@@ -74,6 +87,27 @@ impl Server {
     }
 
     pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
+        let n = test_ring_size();
+        let ring_member = extra.iter().any(|a| *a == "--join" || *a == "--standby");
+        if n < 2 || ring_member || extra.contains(&"--standalone") {
+            return Self::start_one(extra, env);
+        }
+        let mut cells = vec![Self::start_one(extra, env)];
+        let join = cells[0].addr.to_string();
+        for _ in 1..n {
+            let mut args = extra.to_vec();
+            args.extend(["--join", &join]);
+            cells.push(Self::start_one(&args, env));
+        }
+        let formed = Ring { cells };
+        formed.wait_formed(n);
+        let mut cells = formed.cells;
+        let mut entry = cells.remove(1);
+        entry.ring = cells;
+        entry
+    }
+
+    fn start_one(extra: &[&str], env: &[(&str, &str)]) -> Server {
         for _attempt in 0..5 {
             let port = free_port();
             let mut cmd = if is_memcached() {
@@ -102,6 +136,7 @@ impl Server {
             let mut server = Server {
                 addr: SocketAddr::from(([127, 0, 0, 1], port)),
                 child,
+                ring: Vec::new(),
             };
             if server.wait_ready() {
                 return server;
@@ -140,6 +175,7 @@ impl Server {
         let mut server = Server {
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
             child,
+            ring: Vec::new(),
         };
         let ready = server.wait_ready();
         (server, ready)
@@ -263,7 +299,16 @@ impl Client {
     pub fn read_exact_len(&mut self, n: usize) -> Vec<u8> {
         while self.pending.len() < n {
             let mut buf = [0u8; 65536];
-            let got = self.stream.read(&mut buf).expect("reply before timeout");
+            let got = match self.stream.read(&mut buf) {
+                Ok(got) => got,
+                Err(e) => panic!(
+                    "no reply before timeout ({e}); have {} bytes, ending {:?}",
+                    self.pending.len(),
+                    String::from_utf8_lossy(
+                        &self.pending[self.pending.len().saturating_sub(200)..]
+                    )
+                ),
+            };
             assert!(
                 got > 0,
                 "connection closed; have {:?}",
@@ -283,7 +328,16 @@ impl Client {
                 return String::from_utf8_lossy(&line[..i]).into_owned();
             }
             let mut buf = [0u8; 65536];
-            let got = self.stream.read(&mut buf).expect("reply before timeout");
+            let got = match self.stream.read(&mut buf) {
+                Ok(got) => got,
+                Err(e) => panic!(
+                    "no reply before timeout ({e}); have {} bytes, ending {:?}",
+                    self.pending.len(),
+                    String::from_utf8_lossy(
+                        &self.pending[self.pending.len().saturating_sub(200)..]
+                    )
+                ),
+            };
             assert!(got > 0, "connection closed mid-line");
             self.pending.extend_from_slice(&buf[..got]);
         }
@@ -334,8 +388,10 @@ impl Client {
             .collect()
     }
 
+    /// One figure of the cell this client talks to: its own (`stats cell`), not the ring's
+    /// (`stats`); memcached knows only `stats`.
     pub fn stat(&mut self, name: &str) -> String {
-        self.stats("")
+        self.stats(if is_memcached() { "" } else { "cell" })
             .into_iter()
             .find(|(k, _)| k == name)
             .unwrap_or_else(|| panic!("no stat {name}"))
@@ -371,7 +427,7 @@ impl Ring {
                 args.extend(["--join".to_string(), cells[0].addr.to_string()]);
             }
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            cells.push(Server::start_with_env(&args, env));
+            cells.push(Server::start_one(&args, env));
             let ring = Ring { cells };
             ring.wait_formed(i + 1);
             cells = ring.into_cells();

@@ -119,7 +119,7 @@ async fn status(cl: &Arc<Cluster>) -> String {
             );
             Some(o)
         } else if let Some(link) = cl.link(&c.id) {
-            let call = link.call(FrameKind::ForwardRequest, b"stats\r\n".to_vec());
+            let call = link.call(FrameKind::ForwardRequest, super::stats::CELL_STATS.to_vec());
             match tokio::time::timeout(Duration::from_millis(500), call).await {
                 Ok(Ok(f)) if f.kind == FrameKind::ForwardReply => Some(f.payload),
                 _ => None,

@@ -14,10 +14,12 @@ pub mod ext;
 pub mod flush;
 pub mod group;
 pub mod link;
+pub mod order;
 pub mod repl;
 pub mod restart;
 pub mod route;
 pub mod server;
+pub mod stats;
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -92,6 +94,8 @@ pub struct Cluster {
     flushes: Mutex<flush::PendingFlushes>,
     /// What the membership file says now (see [`restart`]).
     membership: Mutex<Option<restart::Membership>>,
+    /// Per-key order of routed requests (see [`order`]).
+    order: order::Order,
     clock: Instant,
 }
 
@@ -194,6 +198,7 @@ impl Cluster {
             leaving: AtomicBool::new(false),
             flushes: Mutex::new(flush::PendingFlushes::default()),
             membership: Mutex::new(None),
+            order: order::Order::default(),
             clock,
         });
         cluster.learn_ids(&map);

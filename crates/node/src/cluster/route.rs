@@ -20,6 +20,7 @@ use cellcache_cluster::wire::FrameKind;
 use cellcache_proto::{Parsed, Request, parse};
 
 use super::Cluster;
+use super::order::{PARK_RETRY, Parked};
 use super::repl::{self, Captured, Positions, WaitError};
 use crate::counters::LocalCounters;
 use crate::local::Flow;
@@ -58,6 +59,8 @@ pub struct Ctx {
     /// The sender's map epoch (forwarded requests).
     pub from_epoch: u64,
     pub deadline: Instant,
+    /// Its place among parked requests, once parked (see [`super::order`]).
+    pub parked: Option<u64>,
 }
 
 /// Where a request must run.
@@ -73,8 +76,10 @@ pub enum Placement {
     Remote(CellId),
     /// Keys of several masters (multi-key get): the owner of each key, `None` for here.
     Split(Vec<Option<CellId>>),
-    /// `flush_all` from a client: every cell.
+    /// `flush_all` or `stats reset` from a client: every cell.
     Broadcast,
+    /// `stats` or `stats cells` from a client: every cell's figures, gathered.
+    Stats(super::stats::Kind),
     /// This cell was removed from the ring: it serves no key.
     Fenced,
 }
@@ -112,12 +117,20 @@ fn noreply(req: &Request<'_>) -> bool {
 
 /// Decides where `req` runs under the installed map at `now_ms`.
 pub fn place(cl: &Cluster, req: &Request<'_>, forwarded: bool) -> Placement {
-    if matches!(req, Request::FlushAll { .. }) {
-        return if forwarded {
-            Placement::NoKeys
-        } else {
-            Placement::Broadcast
-        };
+    use super::stats::{Group, Kind};
+    use cellcache_proto::StatsGroup;
+    let whole_ring = match req {
+        Request::FlushAll { .. } | Request::Stats(StatsGroup::Reset) => Some(Placement::Broadcast),
+        Request::Stats(StatsGroup::General) => Some(Placement::Stats(Kind::Ring)),
+        Request::Stats(StatsGroup::Other(b"cells")) => Some(Placement::Stats(Kind::Cells)),
+        Request::Stats(StatsGroup::Items) => Some(Placement::Stats(Kind::Merge(Group::Items))),
+        Request::Stats(StatsGroup::Slabs) => Some(Placement::Stats(Kind::Merge(Group::Slabs))),
+        Request::Stats(StatsGroup::Sizes) => Some(Placement::Stats(Kind::Merge(Group::Sizes))),
+        _ => None,
+    };
+    if let Some(p) = whole_ring {
+        // A cell asked by another answers for itself.
+        return if forwarded { Placement::NoKeys } else { p };
     }
     let Some(hashes) = key_hashes(req) else {
         return Placement::NoKeys;
@@ -176,6 +189,11 @@ pub fn execute_local(
             if !noreply {
                 out.extend_from_slice(b"OK\r\n");
             }
+            Flow::Continue
+        }
+        // One cell's own figures, for a ring-wide `stats` (see `stats`).
+        Request::Stats(cellcache_proto::StatsGroup::Other(b"cell")) => {
+            super::stats::local_cell_stats(cl, out);
             Flow::Continue
         }
         _ => crate::local::execute(&cl.cell, req, now, out, counters),
@@ -259,7 +277,7 @@ pub fn dispatch(cl: &Arc<Cluster>, bytes: Vec<u8>, ctx: Ctx, done: Done) {
     };
     let quiet = noreply(&request);
     let placed_at = cl.epoch();
-    match place(cl, &request, ctx.forwarded) {
+    match place_in_order(cl, &request, ctx.forwarded, ctx.parked) {
         Placement::NoKeys | Placement::Local => {
             let mut out = Vec::new();
             let mut counters = LocalCounters::default();
@@ -296,7 +314,8 @@ pub fn dispatch(cl: &Arc<Cluster>, bytes: Vec<u8>, ctx: Ctx, done: Done) {
         }
         Placement::Remote(owner) => {
             let retry_safe = matches!(request, Request::Retrieve(_) | Request::MetaDebug { .. });
-            forward(cl, owner, bytes, ctx, quiet, retry_safe, done);
+            let keys = key_hashes(&request).unwrap_or_default();
+            forward(cl, owner, bytes, keys, ctx, quiet, retry_safe, done);
         }
         Placement::Split(_) if ctx.forwarded => {
             done(Reply::Refused("keys of several masters".into()));
@@ -312,6 +331,28 @@ pub fn dispatch(cl: &Arc<Cluster>, bytes: Vec<u8>, ctx: Ctx, done: Done) {
         Placement::Broadcast => {
             broadcast(cl, bytes, ctx, quiet, done);
         }
+        Placement::Stats(kind) => super::stats::gather(cl, kind, done),
+    }
+}
+
+/// The keys of one forwarded request, in flight until [`Flight::end`].
+#[derive(Clone)]
+struct Flight(Arc<parking_lot::Mutex<Option<Vec<u64>>>>);
+
+impl Flight {
+    fn new(keys: Vec<u64>) -> Flight {
+        Flight(Arc::new(parking_lot::Mutex::new(Some(keys))))
+    }
+
+    /// Ends the flight once, whichever of the reply and the watchdog comes first, and
+    /// routes again the requests that waited for it.
+    fn end(&self, cl: &Arc<Cluster>) {
+        let Some(keys) = self.0.lock().take() else {
+            return;
+        };
+        if cl.order.flight_end(&keys) {
+            route_parked(cl);
+        }
     }
 }
 
@@ -319,10 +360,14 @@ pub fn dispatch(cl: &Arc<Cluster>, bytes: Vec<u8>, ctx: Ctx, done: Done) {
 /// sending) is tried again only if `retry_safe` (a read): the fault tests found an `append`
 /// applied twice when the master died after applying and replicating it but before
 /// answering, and the retry ran again on its promoted backup.
+///
+/// Until it is answered, its `keys` are in flight (see [`super::order`]).
+#[allow(clippy::too_many_arguments)]
 fn forward(
     cl: &Arc<Cluster>,
     owner: CellId,
     bytes: Vec<u8>,
+    keys: Vec<u64>,
     ctx: Ctx,
     quiet: bool,
     retry_safe: bool,
@@ -332,6 +377,8 @@ fn forward(
         retry_later(cl, bytes, ctx, quiet, done);
         return;
     };
+    cl.order.flight_start(&owner, &keys);
+    let flight = Flight::new(keys);
     cl.stats
         .forwarded
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -343,9 +390,11 @@ fn forward(
     let give_up =
         ctx.deadline.max(Instant::now()) + Duration::from_millis(cl.config.request_timeout_ms);
     let cl3 = cl.clone();
+    let flight2 = flight.clone();
     cl.handle.spawn(async move {
         tokio::time::sleep_until(give_up.into()).await;
         let expired = watchdog.lock().take();
+        flight2.end(&cl3);
         if let Some(d) = expired {
             cl3.stats
                 .unavailable
@@ -368,29 +417,60 @@ fn forward(
     link.request(
         FrameKind::ForwardRequest,
         bytes,
-        Box::new(move |r| match r {
-            Ok(f) if f.kind == FrameKind::ForwardReply => done(Reply::Bytes(f.payload)),
-            Ok(f) => {
-                // Refused: the owner has another map. Fetch the newer one, route again.
-                cl2.stats
-                    .refused
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if f.epoch > cl2.epoch() {
-                    cl2.fetch_map_from(owner);
+        Box::new(move |r| {
+            match r {
+                Ok(f) if f.kind == FrameKind::ForwardReply => done(Reply::Bytes(f.payload)),
+                Ok(f) => {
+                    // Refused: the owner has another map. Fetch the newer one, route again.
+                    cl2.stats
+                        .refused
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if f.epoch > cl2.epoch() {
+                        cl2.fetch_map_from(owner);
+                    }
+                    retry_later(&cl2, resend, ctx, quiet, done);
                 }
-                retry_later(&cl2, resend, ctx, quiet, done);
+                Err(super::link::LinkError::Lost) if !retry_safe => done(Reply::Bytes(if quiet {
+                    Vec::new()
+                } else {
+                    MASTER_LOST.to_vec()
+                })),
+                Err(_) => retry_later(&cl2, resend, ctx, quiet, done),
             }
-            Err(super::link::LinkError::Lost) if !retry_safe => done(Reply::Bytes(if quiet {
-                Vec::new()
-            } else {
-                MASTER_LOST.to_vec()
-            })),
-            Err(_) => retry_later(&cl2, resend, ctx, quiet, done),
+            // Parked first (a retry), released after: nothing for its keys slips between.
+            flight.end(&cl2);
         }),
     );
 }
 
-/// Tries again shortly, or gives up with the retryable error after the deadline.
+/// [`place`], or [`Placement::Wait`] when an earlier request for one of its keys must go
+/// first (see [`super::order`]); `parked` is the request's place if it was parked before.
+pub fn place_in_order(
+    cl: &Cluster,
+    req: &Request<'_>,
+    forwarded: bool,
+    parked: Option<u64>,
+) -> Placement {
+    let placement = place(cl, req, forwarded);
+    if !cl.order.busy() {
+        return placement;
+    }
+    let Some(hashes) = key_hashes(req) else {
+        return placement;
+    };
+    let to = match &placement {
+        Placement::Remote(owner) => Some(owner),
+        _ => None,
+    };
+    if cl.order.must_wait(&hashes, to, parked) {
+        Placement::Wait
+    } else {
+        placement
+    }
+}
+
+/// Parks a request to be routed again shortly (see [`Parked`]), or gives up with the
+/// retryable error after its deadline.
 fn retry_later(cl: &Arc<Cluster>, bytes: Vec<u8>, ctx: Ctx, quiet: bool, done: Done) {
     if Instant::now() >= ctx.deadline {
         cl.stats
@@ -403,14 +483,43 @@ fn retry_later(cl: &Arc<Cluster>, bytes: Vec<u8>, ctx: Ctx, quiet: bool, done: D
         }));
         return;
     }
-    let cl = cl.clone();
-    cl.handle.clone().spawn(async move {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        dispatch(&cl, bytes, ctx, done);
+    let hashes = match parse(&bytes, &cl.cell.limits) {
+        Parsed::Complete { request, .. } => key_hashes(&request).unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    let first = cl.order.park(Parked {
+        bytes,
+        hashes,
+        ctx,
+        done,
     });
+    if first {
+        let cl = cl.clone();
+        cl.handle.clone().spawn(async move {
+            tokio::time::sleep(PARK_RETRY).await;
+            route_parked(&cl);
+        });
+    }
 }
 
-/// `flush_all` from a client: every Active cell flushes (each replicates to its backups).
+/// Routes the parked requests again, oldest first (see [`super::order`]); a request that
+/// must wait again is parked anew with its place. One pass at a time: a call during a pass
+/// makes that pass go once more.
+fn route_parked(cl: &Arc<Cluster>) {
+    if cl.order.begin_pass().is_none() {
+        return;
+    }
+    while let Some(batch) = cl.order.next_batch() {
+        for p in batch {
+            dispatch(cl, p.bytes, p.ctx, p.done);
+            cl.order.routed(&p.hashes);
+        }
+    }
+}
+
+/// `flush_all` or `stats reset` from a client: every Active cell runs it (a flush, each
+/// for its master range, replicated to its backups). The answer is this cell's, or the
+/// first other answer that differs from it (an error).
 fn broadcast(cl: &Arc<Cluster>, bytes: Vec<u8>, ctx: Ctx, quiet: bool, done: Done) {
     let others: Vec<CellId> = {
         let ring = cl.ring.lock();
@@ -421,14 +530,14 @@ fn broadcast(cl: &Arc<Cluster>, bytes: Vec<u8>, ctx: Ctx, quiet: bool, done: Don
             .filter(|c| *c != me)
             .collect()
     };
-    let gather = Gather::new(others.len() + 1, move |parts: Vec<Vec<u8>>| {
-        let failed = parts
+    let gather = Gather::new(others.len() + 1, move |mut parts: Vec<Vec<u8>>| {
+        let failed = parts[1..]
             .iter()
-            .find(|p| p.as_slice() != b"OK\r\n" && !p.is_empty());
+            .position(|p| *p != parts[0] && !p.is_empty());
         done(Reply::Bytes(match failed {
-            Some(p) if !quiet => p.clone(),
             _ if quiet => Vec::new(),
-            _ => b"OK\r\n".to_vec(),
+            Some(i) => std::mem::take(&mut parts[i + 1]),
+            None => std::mem::take(&mut parts[0]),
         }))
     });
     for (i, o) in others.into_iter().enumerate() {

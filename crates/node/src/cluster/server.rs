@@ -130,6 +130,7 @@ fn on_frame(
             let ctx = Ctx {
                 forwarded: true,
                 from_epoch: f.epoch,
+                parked: None,
                 deadline: Instant::now() + Duration::from_millis(cl.config.request_timeout_ms),
             };
             let tx = tx.clone();

@@ -1,0 +1,453 @@
+//! `stats` through a ring cell answers for the whole ring, as one memcached would.
+//!
+//! The entry cell asks every Active cell for `stats cell` (its own figures, the same lines a
+//! single cell's `stats` gives, plus the items and bytes of the range it masters) and sums
+//! them ([`aggregate`]):
+//!
+//! - counters (`cmd_*`, `*_hits`, `*_misses`, `bytes_read`, connections, `evictions`…) are
+//!   sums: a request is counted once, by the cell that executed it (the master), never by the
+//!   cell that forwarded it, and a backup applying a replicated write counts nothing;
+//! - `curr_items` counts every item once: the sum of the items each cell holds in the range
+//!   it masters (backup copies are left out); `bytes` is the master copies' share of each
+//!   cell's bytes; `limit_maxbytes` is the memory for distinct items, the cells' limits over
+//!   the replication factor, so `bytes / limit_maxbytes` reads as a memcached user expects;
+//! - identity and settings fields (`pid`, `uptime`, `time`, `version`, `pointer_size`,
+//!   `max_connections`, `threads`, `rusage_*`, `cluster_cell`) are the entry cell's;
+//! - `cluster_cells` is how many cells answered, `cluster_cells_unreachable` how many did not
+//!   within the request timeout (their figures are missing from the sums).
+//!
+//! `stats cell` is the entry cell alone; `stats cells` is every cell's `stats cell`, each
+//! name prefixed with the cell's id and a colon (`STAT 2:curr_items 10`), as memcached's
+//! `stats slabs` prefixes a class. `stats reset` resets every cell.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cellcache_cluster::wire::FrameKind;
+use cellcache_cluster::{CellId, CellState};
+
+use super::Cluster;
+use super::route::{Done, Reply};
+
+/// The request that asks one cell for its own figures.
+pub const CELL_STATS: &[u8] = b"stats cell\r\n";
+
+/// Fields that are the entry cell's, not a sum.
+const ENTRY_FIELDS: &[&str] = &[
+    "pid",
+    "uptime",
+    "time",
+    "version",
+    "pointer_size",
+    "max_connections",
+    "threads",
+    "rusage_user",
+    "rusage_system",
+    "cluster_cell",
+    "cluster_epoch",
+    "store_shards",
+];
+
+/// Extra lines of a cell's `stats cell`: what it holds as master.
+pub fn master_share(cl: &Cluster, out: &mut Vec<u8>) {
+    let range = {
+        let ring = cl.ring.lock();
+        ring.map()
+            .cell(&cl.me)
+            .filter(|c| c.state == CellState::Active)
+            .and_then(|c| c.range)
+    };
+    let mut items = 0u64;
+    if let Some(r) = range {
+        cl.cell
+            .store
+            .for_each_in_range(super::flush::store_range(r), cl.cell.now(), |_| items += 1);
+    }
+    out.extend_from_slice(format!("STAT cluster_master_items {items}\r\n").as_bytes());
+}
+
+/// Parses `STAT name value` lines (up to `END`).
+fn parse(reply: &[u8]) -> Option<Vec<(String, String)>> {
+    let text = std::str::from_utf8(reply).ok()?;
+    let mut out = Vec::new();
+    for line in text.split("\r\n") {
+        if line == "END" {
+            return Some(out);
+        }
+        let mut w = line.splitn(3, ' ');
+        if w.next() != Some("STAT") {
+            return None;
+        }
+        out.push((w.next()?.to_string(), w.next().unwrap_or("").to_string()));
+    }
+    None
+}
+
+fn num(fields: &[(String, String)], name: &str) -> Option<f64> {
+    fields
+        .iter()
+        .find(|(k, _)| k == name)
+        .and_then(|(_, v)| v.parse().ok())
+}
+
+/// The ring's `stats` from the entry cell's figures and every other answering cell's (see
+/// the module docs); `unreachable` cells did not answer.
+pub fn aggregate(
+    entry: &[(String, String)],
+    others: &[Vec<(String, String)>],
+    replication_factor: u8,
+    unreachable: usize,
+) -> Vec<(String, String)> {
+    let all: Vec<&[(String, String)]> = std::iter::once(entry)
+        .chain(others.iter().map(Vec::as_slice))
+        .collect();
+    let sum = |name: &str| -> f64 { all.iter().filter_map(|f| num(f, name)).sum() };
+    let master_items = sum("cluster_master_items");
+    // Each cell's bytes, scaled by the part of its items it masters.
+    let master_bytes: f64 = all
+        .iter()
+        .map(|f| {
+            let items = num(f, "curr_items").unwrap_or(0.0);
+            let bytes = num(f, "bytes").unwrap_or(0.0);
+            let mine = num(f, "cluster_master_items").unwrap_or(0.0);
+            if items > 0.0 {
+                bytes * mine / items
+            } else {
+                0.0
+            }
+        })
+        .sum();
+    let mut out = Vec::new();
+    for (name, value) in entry {
+        let v = match name.as_str() {
+            n if ENTRY_FIELDS.contains(&n) => value.clone(),
+            "curr_items" => format!("{master_items}"),
+            "bytes" => format!("{}", master_bytes.round() as u64),
+            "limit_maxbytes" => {
+                format!(
+                    "{}",
+                    (sum(name) / f64::from(replication_factor.max(1))) as u64
+                )
+            }
+            "cluster_master_items" => continue,
+            n => match value.parse::<f64>() {
+                Ok(_) => {
+                    let s = sum(n);
+                    if value.contains('.') {
+                        format!("{s:.6}")
+                    } else {
+                        format!("{}", s as u64)
+                    }
+                }
+                Err(_) => value.clone(),
+            },
+        };
+        out.push((name.clone(), v));
+    }
+    out.push(("cluster_cells".into(), all.len().to_string()));
+    out.push(("cluster_cells_unreachable".into(), unreachable.to_string()));
+    out
+}
+
+fn write(out: &mut Vec<u8>, prefix: &str, fields: &[(String, String)]) {
+    for (k, v) in fields {
+        out.extend_from_slice(format!("STAT {prefix}{k} {v}\r\n").as_bytes());
+    }
+}
+
+/// Which answer a gather builds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `stats`: the ring's sums.
+    Ring,
+    /// `stats cells`: every cell's own figures, prefixed.
+    Cells,
+    /// `stats items`, `stats slabs` or `stats sizes`: the same group of every cell, merged
+    /// name by name ([`merge`]).
+    Merge(Group),
+}
+
+/// A stats group whose per-cell answers merge into the ring's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Group {
+    Items,
+    Slabs,
+    Sizes,
+}
+
+impl Group {
+    fn stats_group(self) -> cellcache_proto::StatsGroup<'static> {
+        use cellcache_proto::StatsGroup;
+        match self {
+            Group::Items => StatsGroup::Items,
+            Group::Slabs => StatsGroup::Slabs,
+            Group::Sizes => StatsGroup::Sizes,
+        }
+    }
+
+    fn request(self) -> &'static [u8] {
+        match self {
+            Group::Items => b"stats items\r\n",
+            Group::Slabs => b"stats slabs\r\n",
+            Group::Sizes => b"stats sizes\r\n",
+        }
+    }
+}
+
+/// Fields of `stats items`/`stats slabs` that are a bound or an age, not an amount: the
+/// ring's is the largest of the cells'.
+fn is_max_field(name: &str) -> bool {
+    let last = name.rsplit(':').next().unwrap_or(name);
+    matches!(
+        last,
+        "age"
+            | "age_hot"
+            | "age_warm"
+            | "evicted_time"
+            | "slab_size"
+            | "chunk_size"
+            | "chunks_per_page"
+            | "active_slabs"
+    )
+}
+
+/// The slab class a per-class field belongs to (`items:3:number`, `3:total_pages`), for
+/// ordering; fields of no class sort last.
+fn class_of(name: &str) -> u64 {
+    let mut parts = name.split(':');
+    let first = parts.next().unwrap_or("");
+    let n = if first == "items" {
+        parts.next()
+    } else {
+        Some(first)
+    };
+    n.and_then(|n| n.parse().ok()).unwrap_or(u64::MAX)
+}
+
+/// Every cell's answer to the same stats group, merged by name: amounts are summed, bounds
+/// and ages take the largest, text is the first cell's; per-class lines are ordered by class
+/// as one memcached orders them.
+pub fn merge(answers: &[Vec<(String, String)>]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for fields in answers {
+        for (name, value) in fields {
+            let Some(slot) = out.iter_mut().find(|(k, _)| k == name) else {
+                out.push((name.clone(), value.clone()));
+                continue;
+            };
+            if let (Ok(a), Ok(b)) = (slot.1.parse::<u64>(), value.parse::<u64>()) {
+                slot.1 = if is_max_field(name) { a.max(b) } else { a + b }.to_string();
+            }
+        }
+    }
+    out.sort_by_key(|(k, _)| class_of(k));
+    out
+}
+
+/// Strips a stats answer's `END` line, if any.
+fn without_end(mut reply: Vec<u8>) -> Vec<u8> {
+    if reply.ends_with(b"END\r\n") {
+        reply.truncate(reply.len() - b"END\r\n".len());
+    }
+    reply
+}
+
+/// Asks every Active cell for its figures (this one locally) and answers `done`.
+pub fn gather(cl: &Arc<Cluster>, kind: Kind, done: Done) {
+    let (others, rf): (Vec<CellId>, u8) = {
+        let ring = cl.ring.lock();
+        let map = ring.map();
+        (
+            map.active_cells()
+                .map(|c| c.id.clone())
+                .filter(|c| *c != cl.me)
+                .collect(),
+            map.replication_factor(),
+        )
+    };
+    let (request, mine) = match kind {
+        Kind::Ring | Kind::Cells => {
+            let mut mine = Vec::new();
+            local_cell_stats(cl, &mut mine);
+            (CELL_STATS, mine)
+        }
+        Kind::Merge(group) => {
+            let mut mine = Vec::new();
+            crate::stats::reply(&cl.cell, &group.stats_group(), cl.cell.now(), &mut mine);
+            (group.request(), mine)
+        }
+    };
+    let me = cl.me.clone();
+    let timeout = Duration::from_millis(cl.config.request_timeout_ms);
+    let cl2 = cl.clone();
+    cl.handle.spawn(async move {
+        let calls = others.into_iter().map(|id| {
+            let link = cl2.link(&id);
+            async move {
+                let answer = match link {
+                    Some(link) => {
+                        let call = link.call(FrameKind::ForwardRequest, request.to_vec());
+                        match tokio::time::timeout(timeout, call).await {
+                            Ok(Ok(f)) if f.kind == FrameKind::ForwardReply => parse(&f.payload),
+                            _ => None,
+                        }
+                    }
+                    None => None,
+                };
+                (id, answer)
+            }
+        });
+        // Every cell is asked at once; one that does not answer costs one timeout.
+        let calls: Vec<_> = calls.map(tokio::spawn).collect();
+        let mut answers = Vec::new();
+        for call in calls {
+            if let Ok(answer) = call.await {
+                answers.push(answer);
+            }
+        }
+        let entry = parse(&mine).unwrap_or_default();
+        let mut out = Vec::new();
+        match kind {
+            Kind::Ring => {
+                let unreachable = answers.iter().filter(|(_, a)| a.is_none()).count();
+                let others: Vec<_> = answers.into_iter().filter_map(|(_, a)| a).collect();
+                write(&mut out, "", &aggregate(&entry, &others, rf, unreachable));
+            }
+            Kind::Cells => {
+                write(&mut out, &format!("{me}:"), &entry);
+                for (id, a) in answers {
+                    match a {
+                        Some(f) => write(&mut out, &format!("{id}:"), &f),
+                        None => write(
+                            &mut out,
+                            &format!("{id}:"),
+                            &[("unreachable".into(), "1".into())],
+                        ),
+                    }
+                }
+            }
+            Kind::Merge(_) => {
+                let all: Vec<_> = std::iter::once(entry)
+                    .chain(answers.into_iter().filter_map(|(_, a)| a))
+                    .collect();
+                write(&mut out, "", &merge(&all));
+            }
+        }
+        out.extend_from_slice(b"END\r\n");
+        done(Reply::Bytes(out));
+    });
+}
+
+/// This cell's `stats cell`: its `stats` lines and what it holds as master.
+pub fn local_cell_stats(cl: &Cluster, out: &mut Vec<u8>) {
+    let mut mine = Vec::new();
+    crate::stats::reply(
+        &cl.cell,
+        &cellcache_proto::StatsGroup::General,
+        cl.cell.now(),
+        &mut mine,
+    );
+    out.extend_from_slice(&without_end(mine));
+    master_share(cl, out);
+    out.extend_from_slice(b"END\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cell(items: u64, mine: u64, bytes: u64, hits: u64, pid: u32) -> Vec<(String, String)> {
+        [
+            ("pid", pid.to_string()),
+            ("version", "1.6.21-cellcache".into()),
+            ("get_hits", hits.to_string()),
+            ("curr_items", items.to_string()),
+            ("bytes", bytes.to_string()),
+            ("limit_maxbytes", "1000".into()),
+            ("rusage_user", "0.500000".into()),
+            ("cluster_master_items", mine.to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+
+    #[test]
+    fn a_ring_counts_each_item_once_and_sums_counters() {
+        // Three cells, each holding 10 of its own and 10 backup copies.
+        let entry = cell(20, 10, 200, 1, 7);
+        let others = [cell(20, 10, 400, 2, 8), cell(20, 10, 600, 3, 9)];
+        let got = aggregate(&entry, &others, 2, 0);
+        let get = |n: &str| got.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
+        assert_eq!(get("curr_items"), Some("30"));
+        assert_eq!(get("bytes"), Some("600"), "half of each cell's bytes");
+        assert_eq!(
+            get("limit_maxbytes"),
+            Some("1500"),
+            "3 x 1000 over 2 copies"
+        );
+        assert_eq!(get("get_hits"), Some("6"));
+        assert_eq!(get("pid"), Some("7"), "the entry cell's");
+        assert_eq!(get("rusage_user"), Some("0.500000"));
+        assert_eq!(get("version"), Some("1.6.21-cellcache"));
+        assert_eq!(get("cluster_cells"), Some("3"));
+        assert_eq!(get("cluster_master_items"), None);
+    }
+
+    #[test]
+    fn per_class_groups_sum_amounts_and_keep_bounds() {
+        let f = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+            v.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let a = f(&[
+            ("items:5:number", "3"),
+            ("items:5:age", "10"),
+            ("items:5:evicted", "1"),
+        ]);
+        let b = f(&[
+            ("items:2:number", "4"),
+            ("items:5:number", "2"),
+            ("items:5:age", "30"),
+        ]);
+        let got = merge(&[a, b]);
+        let names: Vec<_> = got.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "items:2:number",
+                "items:5:number",
+                "items:5:age",
+                "items:5:evicted"
+            ]
+        );
+        assert_eq!(got[1].1, "5", "amounts add up");
+        assert_eq!(got[2].1, "30", "the oldest item's age");
+        let slabs = merge(&[
+            f(&[
+                ("1:chunk_size", "96"),
+                ("1:total_pages", "2"),
+                ("active_slabs", "1"),
+            ]),
+            f(&[
+                ("1:chunk_size", "96"),
+                ("1:total_pages", "3"),
+                ("active_slabs", "1"),
+            ]),
+        ]);
+        assert_eq!(slabs[0].1, "96", "a class's chunk size is not a sum");
+        assert_eq!(slabs[1].1, "5");
+        assert_eq!(slabs[2], ("active_slabs".to_string(), "1".to_string()));
+    }
+
+    #[test]
+    fn stat_lines_parse_and_garbage_does_not() {
+        assert_eq!(
+            parse(b"STAT a 1\r\nSTAT b x y\r\nEND\r\n").unwrap(),
+            vec![("a".into(), "1".into()), ("b".into(), "x y".into())]
+        );
+        assert!(parse(b"SERVER_ERROR no\r\n").is_none());
+        assert!(parse(b"STAT a 1\r\n").is_none(), "no END");
+    }
+}
