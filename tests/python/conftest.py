@@ -2,6 +2,8 @@
 
 By default the `cellcache` binary built by cargo (target/debug/cellcache, or $CELLCACHE_BIN);
 with CELLCACHE_TEST_SERVER=memcached, Debian's memcached — the suites must pass against both.
+With CELLCACHE_TEST_RING=N (N >= 2), every test talks to one cell (the second) of a ring of
+N cellcache processes: a ring must answer exactly as one memcached does.
 """
 import os
 import socket
@@ -12,6 +14,20 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 READY_TIMEOUT_S = 20
+FORM_TIMEOUT_S = 60
+
+
+def ring_size():
+    if os.environ.get("CELLCACHE_TEST_SERVER") == "memcached":
+        return 1
+    return max(1, int(os.environ.get("CELLCACHE_TEST_RING", "1")))
+
+
+def server_env():
+    env = dict(os.environ)
+    # Test cells keep no membership file (a later test on the same port must not rejoin).
+    env["CELLCACHE_CLUSTER__STATE_DIR"] = "off"
+    return env
 
 
 def free_port():
@@ -34,6 +50,31 @@ def server_command(port, extra):
     return [binary, "serve", "-l", "127.0.0.1", "-p", str(port)] + engine_args + extra
 
 
+def request(port, line):
+    """Sends one line and reads the reply up to END (a bounded read)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(line)
+        data = b""
+        while not data.endswith(b"END\r\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        return data.decode()
+
+
+def ring_formed(ports, n):
+    """Every cell reports the same epoch and n Active cells."""
+    views = []
+    for port in ports:
+        lines = request(port, b"cluster status\r\n").split("\r\n")
+        cells = [l for l in lines if l.startswith("CELL ")]
+        if len(cells) != n or not all(" active " in l for l in cells):
+            return False
+        views.append(lines[0].split(" ")[1])
+    return len(set(views)) == 1
+
+
 def wait_ready(proc, port):
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -49,25 +90,65 @@ def wait_ready(proc, port):
     return False
 
 
-class RunningServer:
+class OneServer:
     def __init__(self, extra):
         for _ in range(5):
             self.port = free_port()
-            self.proc = subprocess.Popen(server_command(self.port, extra),
+            self.proc = subprocess.Popen(server_command(self.port, extra), env=server_env(),
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             if wait_ready(self.proc, self.port):
                 return
             self.stop()
         raise RuntimeError("server did not start")
 
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+
+
+class RunningServer:
+    """One server, or under CELLCACHE_TEST_RING one cell of a ring (the others run too)."""
+
+    def __init__(self, extra):
+        n = ring_size()
+        if n < 2:
+            self.cells = [OneServer(extra)]
+            self.entry = self.cells[0]
+            return
+        self.cells = []
+        try:
+            for i in range(n):
+                args = extra + ["--peer-port", str(free_port())]
+                if i > 0:
+                    args += ["--join", f"127.0.0.1:{self.cells[0].port}"]
+                self.cells.append(OneServer(args))
+                ports = [c.port for c in self.cells]
+                deadline = time.monotonic() + FORM_TIMEOUT_S
+                while not ring_formed(ports, i + 1):
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"ring of {i + 1} did not form")
+                    time.sleep(0.1)
+        except BaseException:
+            self.stop()
+            raise
+        self.entry = self.cells[1]
+
+    @property
+    def port(self):
+        return self.entry.port
+
+    @property
+    def proc(self):
+        return self.entry.proc
+
     @property
     def addr(self):
         return ("127.0.0.1", self.port)
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=10)
+        for c in self.cells:
+            c.stop()
 
 
 @pytest.fixture

@@ -18,6 +18,11 @@
 //! the ones parked after it. Passes run one at a time, [`PARK_RETRY`] after the queue
 //! became non-empty or as soon as a forwarded request is answered.
 //!
+//! `flush_all` is a *barrier*: it touches every key. It waits while anything earlier is
+//! parked, being routed again or in flight, and every later keyed request waits while it is
+//! parked — so `set k noreply`, `flush_all`, `get k` misses through a ring as on one
+//! memcached, and a `set` pipelined after a `flush_all` survives it.
+//!
 //! Keys are compared by hash: two keys with one hash only wait for each other needlessly.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -51,15 +56,22 @@ struct State {
     queue: BTreeMap<u64, Parked>,
     /// Key hash → sequence numbers of the parked requests that touch it.
     waiting: HashMap<u64, BTreeSet<u64>>,
+    /// Sequence numbers of the parked barriers.
+    barriers: BTreeSet<u64>,
     /// Key hash → requests of the running pass that touch it and are not routed yet.
     draining: HashMap<u64, u32>,
+    /// Barriers of the running pass not routed yet.
+    draining_barriers: u32,
     /// Key hash → the cell its unanswered forwarded requests went to, and how many.
     in_flight: HashMap<u64, (CellId, u32)>,
 }
 
 impl State {
     fn busy(&self) -> bool {
-        !self.queue.is_empty() || !self.draining.is_empty() || !self.in_flight.is_empty()
+        !self.queue.is_empty()
+            || !self.draining.is_empty()
+            || self.draining_barriers != 0
+            || !self.in_flight.is_empty()
     }
 }
 
@@ -67,6 +79,8 @@ impl State {
 pub struct Parked {
     pub bytes: Vec<u8>,
     pub hashes: Vec<u64>,
+    /// A `flush_all`: it touches every key.
+    pub barrier: bool,
     pub ctx: Ctx,
     pub done: Done,
 }
@@ -81,20 +95,36 @@ impl Order {
     /// here (`None`), must wait; `seq` is its place if it was parked before.
     pub fn must_wait(&self, hashes: &[u64], to: Option<&CellId>, seq: Option<u64>) -> bool {
         let s = self.state.lock();
-        hashes.iter().any(|h| {
-            let parked_before = s.waiting.get(h).is_some_and(|seqs| match seq {
-                None => !seqs.is_empty(),
-                Some(mine) => seqs.first().is_some_and(|first| *first < mine),
-            });
-            // The running pass holds only requests older than any new one, and none older
-            // than the one it routes now.
-            let routing_before = seq.is_none() && s.draining.contains_key(h);
-            let flying_elsewhere = s
-                .in_flight
-                .get(h)
-                .is_some_and(|(owner, _)| Some(owner) != to);
-            parked_before || routing_before || flying_elsewhere
-        })
+        // The running pass holds only requests older than any new one, and none older than
+        // the one it routes now.
+        let barrier_before = match seq {
+            None => !s.barriers.is_empty() || s.draining_barriers != 0,
+            Some(mine) => s.barriers.first().is_some_and(|first| *first < mine),
+        };
+        barrier_before
+            || hashes.iter().any(|h| {
+                let parked_before = s.waiting.get(h).is_some_and(|seqs| match seq {
+                    None => !seqs.is_empty(),
+                    Some(mine) => seqs.first().is_some_and(|first| *first < mine),
+                });
+                let routing_before = seq.is_none() && s.draining.contains_key(h);
+                let flying_elsewhere = s
+                    .in_flight
+                    .get(h)
+                    .is_some_and(|(owner, _)| Some(owner) != to);
+                parked_before || routing_before || flying_elsewhere
+            })
+    }
+
+    /// Whether a barrier (`flush_all`) must wait: anything earlier is parked, being routed
+    /// again or in flight.
+    pub fn barrier_must_wait(&self, seq: Option<u64>) -> bool {
+        let s = self.state.lock();
+        let parked_before = match seq {
+            None => !s.queue.is_empty() || !s.draining.is_empty() || s.draining_barriers != 0,
+            Some(mine) => s.queue.range(..mine).next().is_some(),
+        };
+        parked_before || !s.in_flight.is_empty()
     }
 
     /// Parks a request (keeping its place if it was parked before); true when the queue was
@@ -111,6 +141,9 @@ impl Order {
         p.ctx.parked = Some(seq);
         for &h in &p.hashes {
             s.waiting.entry(h).or_default().insert(seq);
+        }
+        if p.barrier {
+            s.barriers.insert(seq);
         }
         let first = s.queue.is_empty();
         s.queue.insert(seq, p);
@@ -132,10 +165,12 @@ impl Order {
                 let mut s = self.state.lock();
                 let batch: Vec<Parked> = std::mem::take(&mut s.queue).into_values().collect();
                 s.waiting.clear();
+                s.barriers.clear();
                 for p in &batch {
                     for &h in &p.hashes {
                         *s.draining.entry(h).or_default() += 1;
                     }
+                    s.draining_barriers += u32::from(p.barrier);
                 }
                 self.busy.store(s.busy(), Ordering::Release);
                 return Some(batch);
@@ -150,8 +185,9 @@ impl Order {
     }
 
     /// A request of the running pass was routed (run, forwarded or parked again).
-    pub fn routed(&self, hashes: &[u64]) {
+    pub fn routed(&self, hashes: &[u64], barrier: bool) {
         let mut s = self.state.lock();
+        s.draining_barriers -= u32::from(barrier);
         for h in hashes {
             if let Some(n) = s.draining.get_mut(h) {
                 *n -= 1;
@@ -204,6 +240,7 @@ mod tests {
         Parked {
             bytes: Vec::new(),
             hashes: hashes.to_vec(),
+            barrier: false,
             ctx: Ctx {
                 forwarded: false,
                 from_epoch: 0,
@@ -240,14 +277,14 @@ mod tests {
         assert!(o.must_wait(&[7], None, None));
         // The set must wait again: parked anew, with its place.
         o.park(set);
-        o.routed(&[7]);
+        o.routed(&[7], false);
         // A new request parked meanwhile comes after both.
         o.park(parked(&[7], None));
         // The get (seq 2) must not overtake the set (seq 1)…
         let get = batch.next().unwrap();
         assert!(o.must_wait(&[7], None, get.ctx.parked));
         o.park(get);
-        o.routed(&[7]);
+        o.routed(&[7], false);
         assert!(o.next_batch().is_none(), "pass over");
         // …and the next pass routes them set, get, then the new one.
         o.begin_pass().unwrap();
@@ -268,14 +305,46 @@ mod tests {
         o.park(parked(&[1], None));
         o.begin_pass().unwrap();
         assert_eq!(o.next_batch().unwrap().len(), 1);
-        o.routed(&[1]);
+        o.routed(&[1], false);
         // Someone asks while the pass runs: it does not start a second one…
         o.park(parked(&[1], None));
         assert!(o.begin_pass().is_none());
         // …but the running pass takes the new request.
         assert_eq!(o.next_batch().unwrap().len(), 1);
-        o.routed(&[1]);
+        o.routed(&[1], false);
         assert!(o.next_batch().is_none());
+        assert!(!o.busy());
+    }
+
+    #[test]
+    fn a_flush_waits_for_everything_earlier_and_holds_back_everything_later() {
+        let o = Order::default();
+        let a: CellId = "1".parse().unwrap();
+        o.flight_start(&a, &[4]);
+        assert!(o.barrier_must_wait(None), "a set noreply still in flight");
+        o.flight_end(&[4]);
+        assert!(!o.barrier_must_wait(None));
+        o.park(parked(&[4], None)); // seq 1: a set waiting for a lease
+        assert!(o.barrier_must_wait(None));
+        let mut flush = parked(&[], None);
+        flush.barrier = true;
+        o.park(flush); // seq 2
+        assert!(
+            o.must_wait(&[9], None, None),
+            "any key waits behind a parked flush"
+        );
+        assert!(o.barrier_must_wait(Some(2)), "the set goes first");
+        assert!(!o.barrier_must_wait(Some(1)));
+        o.begin_pass().unwrap();
+        let batch = o.next_batch().unwrap();
+        assert!(
+            o.must_wait(&[9], None, None),
+            "still, while the pass routes it"
+        );
+        for p in batch {
+            o.routed(&p.hashes, p.barrier);
+        }
+        assert!(!o.must_wait(&[9], None, None));
         assert!(!o.busy());
     }
 

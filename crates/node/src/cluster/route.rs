@@ -443,6 +443,12 @@ fn forward(
     );
 }
 
+/// A request that touches every key and so keeps its place among all others (see
+/// [`super::order`]).
+fn is_barrier(req: &Request<'_>) -> bool {
+    matches!(req, Request::FlushAll { .. })
+}
+
 /// [`place`], or [`Placement::Wait`] when an earlier request for one of its keys must go
 /// first (see [`super::order`]); `parked` is the request's place if it was parked before.
 pub fn place_in_order(
@@ -454,6 +460,13 @@ pub fn place_in_order(
     let placement = place(cl, req, forwarded);
     if !cl.order.busy() {
         return placement;
+    }
+    if is_barrier(req) && !forwarded {
+        return if cl.order.barrier_must_wait(parked) {
+            Placement::Wait
+        } else {
+            placement
+        };
     }
     let Some(hashes) = key_hashes(req) else {
         return placement;
@@ -483,13 +496,17 @@ fn retry_later(cl: &Arc<Cluster>, bytes: Vec<u8>, ctx: Ctx, quiet: bool, done: D
         }));
         return;
     }
-    let hashes = match parse(&bytes, &cl.cell.limits) {
-        Parsed::Complete { request, .. } => key_hashes(&request).unwrap_or_default(),
-        _ => Vec::new(),
+    let (hashes, barrier) = match parse(&bytes, &cl.cell.limits) {
+        Parsed::Complete { request, .. } => (
+            key_hashes(&request).unwrap_or_default(),
+            is_barrier(&request) && !ctx.forwarded,
+        ),
+        _ => (Vec::new(), false),
     };
     let first = cl.order.park(Parked {
         bytes,
         hashes,
+        barrier,
         ctx,
         done,
     });
@@ -512,7 +529,7 @@ fn route_parked(cl: &Arc<Cluster>) {
     while let Some(batch) = cl.order.next_batch() {
         for p in batch {
             dispatch(cl, p.bytes, p.ctx, p.done);
-            cl.order.routed(&p.hashes);
+            cl.order.routed(&p.hashes, p.barrier);
         }
     }
 }

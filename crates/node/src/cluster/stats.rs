@@ -10,7 +10,7 @@
 //! - `curr_items` counts every item once: the sum of the items each cell holds in the range
 //!   it masters (backup copies are left out); `bytes` is the master copies' share of each
 //!   cell's bytes; `limit_maxbytes` is the memory for distinct items, the cells' limits over
-//!   the replication factor, so `bytes / limit_maxbytes` reads as a memcached user expects;
+//!   the copies of an item (the replication factor, or the cell count if smaller), so `bytes / limit_maxbytes` reads as a memcached user expects;
 //! - identity and settings fields (`pid`, `uptime`, `time`, `version`, `pointer_size`,
 //!   `max_connections`, `threads`, `rusage_*`, `cluster_cell`) are the entry cell's;
 //! - `cluster_cells` is how many cells answered, `cluster_cells_unreachable` how many did not
@@ -102,6 +102,8 @@ pub fn aggregate(
         .chain(others.iter().map(Vec::as_slice))
         .collect();
     let sum = |name: &str| -> f64 { all.iter().filter_map(|f| num(f, name)).sum() };
+    // Copies of each item: the replication factor, or fewer in a ring of fewer cells.
+    let copies = f64::from(replication_factor.max(1)).min(all.len() as f64);
     let master_items = sum("cluster_master_items");
     // Each cell's bytes, scaled by the part of its items it masters.
     let master_bytes: f64 = all
@@ -124,10 +126,7 @@ pub fn aggregate(
             "curr_items" => format!("{master_items}"),
             "bytes" => format!("{}", master_bytes.round() as u64),
             "limit_maxbytes" => {
-                format!(
-                    "{}",
-                    (sum(name) / f64::from(replication_factor.max(1))) as u64
-                )
+                format!("{}", (sum(name) / copies) as u64)
             }
             "cluster_master_items" => continue,
             n => match value.parse::<f64>() {
@@ -392,6 +391,9 @@ mod tests {
         assert_eq!(get("version"), Some("1.6.21-cellcache"));
         assert_eq!(get("cluster_cells"), Some("3"));
         assert_eq!(get("cluster_master_items"), None);
+        // A ring of one holds one copy: its limit is its own.
+        let alone = aggregate(&cell(5, 5, 50, 0, 7), &[], 2, 0);
+        assert!(alone.contains(&("limit_maxbytes".into(), "1000".into())));
     }
 
     #[test]
