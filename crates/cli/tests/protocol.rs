@@ -445,3 +445,74 @@ fn meta_commands() {
     c.roundtrip(b"me nope\r\n", b"EN\r\n");
     c.roundtrip(b"ma nope q\r\nmn\r\n", b"NF\r\nMN\r\n");
 }
+
+/// `gat`/`gats`/`mg T` with a negative or past exptime return the value once, then the item
+/// is expired (memcached 1.6.18: `gat -1 a` answers `VALUE a 0 2`, the next `get a` `END`).
+#[test]
+fn gat_with_past_exptime_returns_the_value_then_expires_it() {
+    let s = server();
+    let mut c = s.connect();
+    let steps: &[(&[u8], &[u8])] = &[
+        (b"set a 0 0 2\r\nhi\r\n", b"STORED\r\n"),
+        (b"gat -1 a\r\n", b"VALUE a 0 2\r\nhi\r\nEND\r\n"),
+        (b"get a\r\n", b"END\r\n"),
+        (b"set b 3 0 2\r\nhi\r\n", b"STORED\r\n"),
+        // an absolute time in the past (above 30 days, so absolute)
+        (b"gat 2592001 b\r\n", b"VALUE b 3 2\r\nhi\r\nEND\r\n"),
+        (b"gat 0 b\r\n", b"END\r\n"),
+        (b"set m 0 0 2\r\nhi\r\n", b"STORED\r\n"),
+        (b"mg m v T-1\r\n", b"VA 2\r\nhi\r\n"),
+        (b"mg m v\r\n", b"EN\r\n"),
+    ];
+    for (req, want) in steps {
+        c.roundtrip(req, want);
+    }
+    c.roundtrip(b"set g 0 0 2\r\nhi\r\n", b"STORED\r\n");
+    c.send(b"gats -1 g\r\n");
+    let header = c.line();
+    assert!(header.starts_with("VALUE g 0 2 "), "{header}");
+    c.expect(b"hi\r\nEND\r\n");
+    c.roundtrip(b"gets g\r\n", b"END\r\n");
+}
+
+/// `incr`/`decr` read a stored number as memcached's strtoull does (values measured on
+/// memcached 1.6.18): leading whitespace and `+` are accepted, anything after the digits and
+/// a space is ignored, the result is padded to the old length.
+#[test]
+fn incr_decr_on_non_canonical_numbers() {
+    let s = server();
+    let mut c = s.connect();
+    let cases: &[(&[u8], &[u8], &[u8])] = &[
+        // (stored value, incr 1 reply, value after)
+        (b"  12", b"13\r\n", b"13  "),
+        (b"12  ", b"13\r\n", b"13  "),
+        (b" 12 ", b"13\r\n", b"13  "),
+        (b"+12", b"13\r\n", b"13 "),
+        (b"012", b"13\r\n", b"13 "),
+        (b"\t12", b"13\r\n", b"13 "),
+        (b"1 2", b"2\r\n", b"2  "),
+        (b"-12", NON_NUMERIC, b"-12"),
+        (b"12a", NON_NUMERIC, b"12a"),
+        (b"0x10", NON_NUMERIC, b"0x10"),
+        (
+            b"18446744073709551616",
+            NON_NUMERIC,
+            b"18446744073709551616",
+        ),
+    ];
+    const NON_NUMERIC: &[u8] = b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n";
+    for (value, reply, after) in cases {
+        let mut set = format!("set n 0 0 {}\r\n", value.len()).into_bytes();
+        set.extend_from_slice(value);
+        set.extend_from_slice(b"\r\n");
+        c.roundtrip(&set, b"STORED\r\n");
+        c.roundtrip(b"incr n 1\r\n", reply);
+        let mut get = format!("VALUE n 0 {}\r\n", after.len()).into_bytes();
+        get.extend_from_slice(after);
+        get.extend_from_slice(b"\r\nEND\r\n");
+        c.roundtrip(b"get n\r\n", &get);
+    }
+    c.roundtrip(b"set n 0 0 4\r\n  12\r\n", b"STORED\r\n");
+    c.roundtrip(b"decr n 1\r\n", b"11\r\n");
+    c.roundtrip(b"get n\r\n", b"VALUE n 0 4\r\n11  \r\nEND\r\n");
+}
