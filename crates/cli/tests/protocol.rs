@@ -516,3 +516,121 @@ fn incr_decr_on_non_canonical_numbers() {
     c.roundtrip(b"decr n 1\r\n", b"11\r\n");
     c.roundtrip(b"get n\r\n", b"VALUE n 0 4\r\n11  \r\nEND\r\n");
 }
+
+/// Sends `req` and reads until `tail` ends the reply; returns everything read.
+fn read_until(c: &mut Client, req: &[u8], tail: &[u8]) -> Vec<u8> {
+    c.send(req);
+    let mut got = Vec::new();
+    // Bounded: every reply here is below 4 MiB.
+    while !got.ends_with(tail) {
+        assert!(got.len() < 4 << 20, "reply never ended with {tail:?}");
+        got.extend_from_slice(&c.read_exact_len(1));
+    }
+    got
+}
+
+/// memcached serves a get/gets/gat of any number of keys and any line length (measured on
+/// 1.6.18: 1 000 and 10 000 keys, a 128 KiB line); cellcache answers them in batches.
+#[test]
+fn multi_get_of_thousands_of_keys_and_long_lines() {
+    let s = server();
+    let mut c = s.connect();
+    c.roundtrip(b"set k 0 0 2\r\nab\r\n", b"STORED\r\n");
+    c.roundtrip(b"set k7 1 0 1\r\nz\r\n", b"STORED\r\n");
+    for n in [1_000, 10_000] {
+        let keys: Vec<&str> = (0..n)
+            .map(|i| if i % 2 == 0 { "k" } else { "nope" })
+            .collect();
+        let want = "VALUE k 0 2\r\nab\r\n".repeat(n / 2) + "END\r\n";
+        // memcached lets only get/gets lines grow past 2 KiB while they arrive; a long gat
+        // line it serves only when it comes in one read (docs/protocol.md, difference 3).
+        let commands: &[&str] = if common::is_memcached() {
+            &["get"]
+        } else {
+            &["get", "gat 0"]
+        };
+        for cmd in commands {
+            let got = read_until(
+                &mut c,
+                format!("{cmd} {}\r\n", keys.join(" ")).as_bytes(),
+                b"END\r\n",
+            );
+            assert_eq!(got.len(), want.len(), "{cmd} of {n} keys");
+            assert_eq!(got, want.as_bytes(), "{cmd} of {n} keys");
+        }
+    }
+    // A 128 KiB line of 250-byte keys with two hits in it, sent in pieces.
+    let long = "x".repeat(250);
+    let mut line = String::from("gets");
+    let mut hits = 0;
+    while line.len() < 128 << 10 {
+        line.push(' ');
+        if line.len() % 7 == 0 {
+            line.push_str("k7");
+            hits += 1;
+        } else {
+            line.push_str(&long);
+        }
+    }
+    line.push_str("\r\nget k\r\n");
+    for piece in line.as_bytes().chunks(10_000) {
+        c.send(piece);
+    }
+    for _ in 0..hits {
+        let header = c.line();
+        assert!(header.starts_with("VALUE k7 1 1 "), "{header}");
+        assert_eq!(c.line(), "z");
+    }
+    assert_eq!(c.line(), "END");
+    c.expect(b"VALUE k 0 2\r\nab\r\nEND\r\n");
+    // A too-long key ends the line with an error; the connection goes on.
+    c.roundtrip(
+        format!("get k {}\r\nget k\r\n", "y".repeat(251)).as_bytes(),
+        b"CLIENT_ERROR bad command line format\r\nVALUE k 0 2\r\nab\r\nEND\r\n",
+    );
+}
+
+/// What closes a connection, as memcached 1.6.18 (docs/protocol.md, "Closing"): an HTTP
+/// request line, and a command line (other than a retrieval) too long to frame. Unknown
+/// commands and bad data chunks do not.
+#[test]
+fn garbage_that_closes_the_connection() {
+    let s = server();
+    let mut c = s.connect();
+    c.roundtrip(b"GET /\r\n", b"ERROR\r\n");
+    c.roundtrip(b"foo HTTP/1.1 x\r\n", b"ERROR\r\n");
+    c.roundtrip(
+        b"set k 0 0 2\r\nabcd\r\nversion\r\n",
+        b"CLIENT_ERROR bad data chunk\r\nERROR\r\nVERSION ",
+    );
+    c.line();
+    c.send(b"GET / HTTP/1.0\r\n\r\n");
+    assert!(
+        closed(&mut c),
+        "an HTTP request line must close the connection"
+    );
+
+    let mut c = s.connect();
+    let mut long = b"foo ".to_vec();
+    long.extend_from_slice(&vec![b'x'; 100_000]);
+    long.extend_from_slice(b"\r\nversion\r\n");
+    // The server may close before all of it is sent.
+    let _ = std::io::Write::write_all(&mut c.stream, &long);
+    assert!(
+        closed(&mut c),
+        "a 100 KB command line must close the connection"
+    );
+}
+
+/// The server closed the connection: end of stream, or a reset (it closed with unread
+/// input, so the kernel answered the rest with RST). A timeout is not a close.
+fn closed(c: &mut Client) -> bool {
+    let mut buf = [0u8; 64];
+    loop {
+        match std::io::Read::read(&mut c.stream, &mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue, // replies sent before the close
+            Err(e) => return e.kind() == std::io::ErrorKind::ConnectionReset,
+        }
+    }
+}

@@ -37,7 +37,7 @@ pub use meta::{
     ArithmeticMode, MetaArithmeticFlags, MetaDeleteFlags, MetaGetFlags, MetaKey, MetaSetFlags,
     ReturnFlag, ReturnFlags, SetMode,
 };
-pub use parse::{Parsed, parse};
+pub use parse::{Parsed, RetrieveRest, parse, parse_retrieve_rest};
 pub use reply::{ParsedReply, ReplyError, parse_reply};
 pub use request::{
     ArithmeticOp, Keys, KeysError, Request, Retrieve, StatsGroup, Store, StoreMode, write_retrieve,

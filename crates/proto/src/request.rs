@@ -198,6 +198,59 @@ impl<'a> Keys<'a> {
         Ok(Self { text, count })
     }
 
+    /// The first batch of keys of `text`: at most `count_max` keys, in order. `complete`
+    /// says `text` runs to the line end; otherwise a token touching its end may be cut and
+    /// is left for a later batch. Returns the keys and how many bytes of `text` they cover
+    /// (up to the end of the batch's last key; the bytes after it are the rest of the line).
+    /// The batch may hold no key: `text` holds only spaces, or (not `complete`) only a cut
+    /// token no longer than `key_bytes_max`.
+    pub fn batch(
+        text: &'a [u8],
+        complete: bool,
+        key_bytes_max: usize,
+        count_max: usize,
+    ) -> Result<(Self, usize), KeysError> {
+        let mut count = 0;
+        let mut covered = 0;
+        let mut i = 0;
+        while i < text.len() && count < count_max {
+            if text[i] == b' ' {
+                i += 1;
+                continue;
+            }
+            let end = memchr::memchr(b' ', &text[i..]).map_or(text.len(), |n| i + n);
+            let key = &text[i..end];
+            let cut = end == text.len() && !complete;
+            // A cut token may end in the `\r` of its line end.
+            let body = if cut {
+                key.strip_suffix(b"\r").unwrap_or(key)
+            } else {
+                key
+            };
+            if body.len() > key_bytes_max || body.iter().any(|&b| b < b' ' || b == 0x7f) {
+                return Err(KeysError::InvalidKey);
+            }
+            if cut {
+                break;
+            }
+            count += 1;
+            covered = end;
+            i = end;
+        }
+        if count == 0 {
+            // Only spaces, or spaces and a cut token: the spaces are covered, so that every
+            // batch of a long line makes progress.
+            covered = i.min(text.len());
+        }
+        Ok((
+            Self {
+                text: &text[..covered],
+                count,
+            },
+            covered,
+        ))
+    }
+
     /// Number of keys (at least one).
     pub fn len(&self) -> usize {
         self.count
