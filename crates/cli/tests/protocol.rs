@@ -634,3 +634,98 @@ fn closed(c: &mut Client) -> bool {
         }
     }
 }
+
+/// Administration commands, answered as memcached 1.6.18 does (measured with the same
+/// lines); where cellcache has no such mechanism (slab classes, an LRU crawler) the answer
+/// is memcached's for "nothing to do" (docs/protocol.md, "Administration").
+#[test]
+fn administration_commands_answer_like_memcached() {
+    let s = server();
+    let mut c = s.connect();
+    let steps: &[(&[u8], &[u8])] = &[
+        (b"shutdown foo\r\n", b"ERROR: shutdown not enabled\r\n"),
+        (
+            b"shutdown graceful x\r\n",
+            b"ERROR: shutdown not enabled\r\n",
+        ),
+        (b"slabs automove 1\r\n", b"OK\r\n"),
+        (b"slabs automove 0\r\n", b"OK\r\n"),
+        (b"slabs automove 3\r\n", b"ERROR\r\n"),
+        (b"slabs automove\r\n", b"ERROR\r\n"),
+        (
+            b"slabs reassign 1 1\r\n",
+            b"SAME src and dst class are identical\r\n",
+        ),
+        (
+            b"slabs reassign 1 99\r\n",
+            b"BADCLASS invalid src or dst class id\r\n",
+        ),
+        (
+            b"slabs reassign 99 1\r\n",
+            b"BADCLASS invalid src or dst class id\r\n",
+        ),
+        (
+            b"slabs reassign x 1\r\n",
+            b"CLIENT_ERROR bad command line format\r\n",
+        ),
+        (b"slabs reassign 1\r\n", b"ERROR\r\n"),
+        (b"slabs foo\r\n", b"ERROR\r\n"),
+        (b"slabs\r\n", b"ERROR\r\n"),
+        (b"lru_crawler disable\r\n", b"OK\r\n"),
+        (b"lru_crawler sleep 100\r\n", b"OK\r\n"),
+        (b"lru_crawler tocrawl 10\r\n", b"OK\r\n"),
+        (
+            b"lru_crawler sleep x\r\n",
+            b"CLIENT_ERROR bad command line format\r\n",
+        ),
+        (b"lru_crawler foo\r\n", b"ERROR\r\n"),
+        (b"lru_crawler\r\n", b"ERROR\r\n"),
+        (b"verbosity\r\n", b"ERROR\r\n"),
+        (b"verbosity 1\r\n", b"OK\r\n"),
+        (
+            b"verbosity x\r\n",
+            b"CLIENT_ERROR bad command line format\r\n",
+        ),
+        (b"verbosity 1 noreply\r\nverbosity 1 2\r\n", b"OK\r\n"),
+        (b"verbosity 1 2 3\r\n", b"ERROR\r\n"),
+        (b"cache_memlimit\r\n", b"ERROR\r\n"),
+        (
+            b"cache_memlimit 0\r\n",
+            b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n",
+        ),
+        (
+            b"cache_memlimit 7\r\n",
+            b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n",
+        ),
+        (b"cache_memlimit x\r\n", b"ERROR\r\n"),
+        (
+            b"cache_memlimit 64 noreply\r\ncache_memlimit 64\r\n",
+            b"OK\r\n",
+        ),
+    ];
+    for (req, want) in steps {
+        c.roundtrip(req, want);
+    }
+    if !common::is_memcached() {
+        // No crawler: memcached's answers when its crawler is disabled.
+        c.roundtrip(
+            b"lru_crawler crawl all\r\n",
+            b"CLIENT_ERROR lru crawler disabled\r\n",
+        );
+        c.roundtrip(
+            b"lru_crawler metadump all\r\n",
+            b"CLIENT_ERROR lru crawler disabled\r\n",
+        );
+        c.roundtrip(
+            b"lru_crawler enable\r\n",
+            b"ERROR failed to start lru crawler thread\r\n",
+        );
+    }
+    // With shutdown enabled, a bad mode is a client error and the server keeps running.
+    let s = Server::start(&["-m", "64", "-A"]);
+    let mut c = s.connect();
+    c.roundtrip(
+        b"shutdown foo\r\nversion\r\n",
+        b"CLIENT_ERROR invalid shutdown mode\r\nVERSION ",
+    );
+}

@@ -17,7 +17,7 @@ use crate::error::{ClientError, ErrorReply, ProtocolError, ServerError};
 use crate::limits::Limits;
 use crate::meta;
 use crate::request::{
-    ArithmeticOp, Keys, KeysError, Request, Retrieve, StatsGroup, Store, StoreMode,
+    Admin, ArithmeticOp, Keys, KeysError, Request, Retrieve, StatsGroup, Store, StoreMode,
 };
 use crate::token::{Tokens, key_is_valid, parse_i64, parse_u32, parse_u64, parse_usize};
 
@@ -149,6 +149,8 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
         }
         b"quit" => cx.complete(Request::Quit),
         b"shutdown" => cx.shutdown(tokens),
+        b"slabs" => cx.slabs(tokens),
+        b"lru_crawler" => cx.lru_crawler(tokens),
         b"mg" | b"md" | b"ma" | b"me" => cx.meta_keyed(command, tokens),
         b"ms" => cx.meta_set(tokens),
         b"mn" => cx.complete(Request::MetaNoop),
@@ -544,8 +546,12 @@ impl<'a> Context<'a, '_> {
             return error(ErrorReply::Error, self.line_len);
         }
         let noreply = t.noreply();
+        // memcached 1.6.18 answers a limit that is not a number with `ERROR`.
         let Some(megabytes) = parse_u64(t.get(0)) else {
-            return self.client_error(ClientError::BadCommandLineFormat, noreply);
+            return Parsed::Error(ProtocolError {
+                noreply,
+                ..ProtocolError::line(ErrorReply::Error, self.line_len)
+            });
         };
         self.complete(Request::CacheMemlimit { megabytes, noreply })
     }
@@ -555,6 +561,51 @@ impl<'a> Context<'a, '_> {
         match (t.count, t.get(0)) {
             (0, _) => self.complete(Request::Shutdown { graceful: false }),
             (1, b"graceful") => self.complete(Request::Shutdown { graceful: true }),
+            // memcached answers this `CLIENT_ERROR invalid shutdown mode` when shutdown is
+            // enabled and `ERROR: shutdown not enabled` otherwise: the node decides.
+            _ => self.complete(Request::Admin(Admin::ShutdownInvalidMode)),
+        }
+    }
+
+    /// `slabs automove|reassign …`, with memcached 1.6's argument checks.
+    fn slabs(&self, tokens: Tokens<'a>) -> Parsed<'a> {
+        let t = LineTokens::new(tokens);
+        let bad_line = || self.client_error(ClientError::BadCommandLineFormat, false);
+        match (t.count, t.get(0)) {
+            (2, b"automove") => match parse_u32(t.get(1)) {
+                Some(mode @ 0..=2) => {
+                    self.complete(Request::Admin(Admin::SlabsAutomove(mode as u8)))
+                }
+                _ => error(ErrorReply::Error, self.line_len),
+            },
+            (3, b"reassign") => {
+                let class = |token: &[u8]| parse_i64(token).and_then(|v| i32::try_from(v).ok());
+                match (class(t.get(1)), class(t.get(2))) {
+                    (Some(source), Some(destination)) => {
+                        self.complete(Request::Admin(Admin::SlabsReassign {
+                            source,
+                            destination,
+                        }))
+                    }
+                    _ => bad_line(),
+                }
+            }
+            _ => error(ErrorReply::Error, self.line_len),
+        }
+    }
+
+    /// `lru_crawler …`, with memcached 1.6's argument checks.
+    fn lru_crawler(&self, tokens: Tokens<'a>) -> Parsed<'a> {
+        let t = LineTokens::new(tokens);
+        let admin = |a| self.complete(Request::Admin(a));
+        match (t.count, t.get(0)) {
+            (2, b"crawl" | b"metadump") => admin(Admin::LruCrawlerRun),
+            (1, b"enable") => admin(Admin::LruCrawlerEnable),
+            (1, b"disable") => admin(Admin::LruCrawlerDisable),
+            (2, b"sleep" | b"tocrawl") => match parse_u32(t.get(1)) {
+                Some(_) => admin(Admin::LruCrawlerSetting),
+                None => self.client_error(ClientError::BadCommandLineFormat, false),
+            },
             _ => error(ErrorReply::Error, self.line_len),
         }
     }

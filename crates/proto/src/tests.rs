@@ -565,7 +565,6 @@ fn malformed_requests_get_memcached_error_lines() {
             b"CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n",
             12,
         ),
-        bad(b"shutdown now\r\n", b"ERROR\r\n", 14),
         // Meta errors (memcached 1.6.18 wording).
         bad(b"mg\r\n", b"ERROR\r\n", 4),
         bad(b"mg a v v\r\n", b"CLIENT_ERROR duplicate flag\r\n", 10),
@@ -1546,4 +1545,56 @@ fn http_request_lines_close_the_connection() {
         parse(b"get / HTTP/1.0\r\n", &limits),
         Parsed::Complete { .. }
     ));
+}
+
+/// memcached 1.6's slab mover, LRU crawler and shutdown lines parse to [`Admin`] commands
+/// with memcached's argument checks (replies measured on 1.6.18).
+#[test]
+fn administration_commands_parse_like_memcached() {
+    let limits = Limits::default();
+    let admin = |line: &[u8]| match parse(line, &limits) {
+        Parsed::Complete {
+            request: Request::Admin(a),
+            ..
+        } => Some(a),
+        _ => None,
+    };
+    assert_eq!(
+        admin(b"slabs automove 2\r\n"),
+        Some(Admin::SlabsAutomove(2))
+    );
+    assert_eq!(
+        admin(b"slabs reassign 1 -1\r\n"),
+        Some(Admin::SlabsReassign {
+            source: 1,
+            destination: -1
+        })
+    );
+    assert_eq!(
+        admin(b"lru_crawler crawl 1,2\r\n"),
+        Some(Admin::LruCrawlerRun)
+    );
+    assert_eq!(
+        admin(b"lru_crawler tocrawl 5\r\n"),
+        Some(Admin::LruCrawlerSetting)
+    );
+    assert_eq!(admin(b"shutdown now\r\n"), Some(Admin::ShutdownInvalidMode));
+    for (line, reply) in [
+        (&b"slabs automove 3\r\n"[..], ErrorReply::Error),
+        (
+            b"slabs reassign a 1\r\n",
+            ErrorReply::Client(ClientError::BadCommandLineFormat),
+        ),
+        (b"lru_crawler mgdump all\r\n", ErrorReply::Error),
+        (
+            b"lru_crawler sleep -1\r\n",
+            ErrorReply::Client(ClientError::BadCommandLineFormat),
+        ),
+        (b"cache_memlimit x\r\n", ErrorReply::Error),
+    ] {
+        let Parsed::Error(e) = parse(line, &limits) else {
+            panic!("{line:?} accepted");
+        };
+        assert_eq!(e.reply, reply, "{line:?}");
+    }
 }
