@@ -729,3 +729,32 @@ fn administration_commands_answer_like_memcached() {
         b"CLIENT_ERROR invalid shutdown mode\r\nVERSION ",
     );
 }
+
+/// `-t 0` is refused with a clear message (memcached 1.6.18: "Number of threads must be
+/// greater than 0"); `-b` (listen backlog) is accepted.
+#[test]
+fn serve_refuses_zero_threads_and_accepts_a_backlog() {
+    if common::is_memcached() {
+        println!("not run against memcached: checks cellcache's command line");
+        return;
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cellcache"))
+        .args([
+            "serve",
+            "--standalone",
+            "-l",
+            "127.0.0.1",
+            "-p",
+            "0",
+            "-t",
+            "0",
+        ])
+        .output()
+        .expect("cellcache runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("threads must be greater than 0"), "{err}");
+    let s = Server::start(&["-m", "64", "-b", "64"]);
+    let mut c = s.connect();
+    c.roundtrip(b"set k 0 0 1\r\nv\r\n", b"STORED\r\n");
+}
