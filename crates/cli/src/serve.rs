@@ -18,9 +18,13 @@ pub struct ServeArgs {
     /// TCP port for memcached clients (0 = any free port).
     #[arg(short = 'p', long, value_name = "PORT")]
     pub port: Option<u16>,
-    /// Worker threads (0 = one per core).
+    /// Worker threads [default: io.threads, 0 there = one per core]. `-t 0` is refused, as
+    /// memcached refuses it.
     #[arg(short = 't', long, value_name = "THREADS")]
     pub threads: Option<usize>,
+    /// Listen backlog (memcached -b) [default: io.listen_backlog, 1024].
+    #[arg(short = 'b', long, value_name = "BACKLOG")]
+    pub listen_backlog: Option<u32>,
     /// Maximum simultaneous connections.
     #[arg(short = 'c', long, value_name = "MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
@@ -105,7 +109,16 @@ impl ServeArgs {
             c.server.io_engine = v;
         }
         if let Some(v) = self.threads {
+            anyhow::ensure!(
+                v > 0,
+                "-t 0: the number of threads must be greater than 0 (as memcached: \"Number of \
+                 threads must be greater than 0\"); set io.threads = 0 in the config for one \
+                 per core"
+            );
             c.io.threads = v;
+        }
+        if let Some(v) = self.listen_backlog {
+            c.io.listen_backlog = v;
         }
         if let Some(v) = self.max_connections {
             c.io.max_connections = v;

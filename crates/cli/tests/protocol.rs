@@ -448,3 +448,316 @@ fn meta_commands() {
     c.roundtrip(b"me nope\r\n", b"EN\r\n");
     c.roundtrip(b"ma nope q\r\nmn\r\n", b"NF\r\nMN\r\n");
 }
+
+/// `gat`/`gats`/`mg T` with a negative or past exptime return the value once, then the item
+/// is expired (memcached 1.6.18: `gat -1 a` answers `VALUE a 0 2`, the next `get a` `END`).
+#[test]
+fn gat_with_past_exptime_returns_the_value_then_expires_it() {
+    let s = server();
+    let mut c = s.connect();
+    let steps: &[(&[u8], &[u8])] = &[
+        (b"set a 0 0 2\r\nhi\r\n", b"STORED\r\n"),
+        (b"gat -1 a\r\n", b"VALUE a 0 2\r\nhi\r\nEND\r\n"),
+        (b"get a\r\n", b"END\r\n"),
+        (b"set b 3 0 2\r\nhi\r\n", b"STORED\r\n"),
+        // an absolute time in the past (above 30 days, so absolute)
+        (b"gat 2592001 b\r\n", b"VALUE b 3 2\r\nhi\r\nEND\r\n"),
+        (b"gat 0 b\r\n", b"END\r\n"),
+        (b"set m 0 0 2\r\nhi\r\n", b"STORED\r\n"),
+        (b"mg m v T-1\r\n", b"VA 2\r\nhi\r\n"),
+        (b"mg m v\r\n", b"EN\r\n"),
+    ];
+    for (req, want) in steps {
+        c.roundtrip(req, want);
+    }
+    c.roundtrip(b"set g 0 0 2\r\nhi\r\n", b"STORED\r\n");
+    c.send(b"gats -1 g\r\n");
+    let header = c.line();
+    assert!(header.starts_with("VALUE g 0 2 "), "{header}");
+    c.expect(b"hi\r\nEND\r\n");
+    c.roundtrip(b"gets g\r\n", b"END\r\n");
+}
+
+/// `incr`/`decr` read a stored number as memcached's strtoull does (values measured on
+/// memcached 1.6.18): leading whitespace and `+` are accepted, anything after the digits and
+/// a space is ignored, the result is padded to the old length.
+#[test]
+fn incr_decr_on_non_canonical_numbers() {
+    let s = server();
+    let mut c = s.connect();
+    let cases: &[(&[u8], &[u8], &[u8])] = &[
+        // (stored value, incr 1 reply, value after)
+        (b"  12", b"13\r\n", b"13  "),
+        (b"12  ", b"13\r\n", b"13  "),
+        (b" 12 ", b"13\r\n", b"13  "),
+        (b"+12", b"13\r\n", b"13 "),
+        (b"012", b"13\r\n", b"13 "),
+        (b"\t12", b"13\r\n", b"13 "),
+        (b"1 2", b"2\r\n", b"2  "),
+        (b"-12", NON_NUMERIC, b"-12"),
+        (b"12a", NON_NUMERIC, b"12a"),
+        (b"0x10", NON_NUMERIC, b"0x10"),
+        (
+            b"18446744073709551616",
+            NON_NUMERIC,
+            b"18446744073709551616",
+        ),
+    ];
+    const NON_NUMERIC: &[u8] = b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n";
+    for (value, reply, after) in cases {
+        let mut set = format!("set n 0 0 {}\r\n", value.len()).into_bytes();
+        set.extend_from_slice(value);
+        set.extend_from_slice(b"\r\n");
+        c.roundtrip(&set, b"STORED\r\n");
+        c.roundtrip(b"incr n 1\r\n", reply);
+        let mut get = format!("VALUE n 0 {}\r\n", after.len()).into_bytes();
+        get.extend_from_slice(after);
+        get.extend_from_slice(b"\r\nEND\r\n");
+        c.roundtrip(b"get n\r\n", &get);
+    }
+    c.roundtrip(b"set n 0 0 4\r\n  12\r\n", b"STORED\r\n");
+    c.roundtrip(b"decr n 1\r\n", b"11\r\n");
+    c.roundtrip(b"get n\r\n", b"VALUE n 0 4\r\n11  \r\nEND\r\n");
+}
+
+/// Sends `req` and reads until `tail` ends the reply; returns everything read.
+fn read_until(c: &mut Client, req: &[u8], tail: &[u8]) -> Vec<u8> {
+    c.send(req);
+    let mut got = Vec::new();
+    // Bounded: every reply here is below 4 MiB.
+    while !got.ends_with(tail) {
+        assert!(got.len() < 4 << 20, "reply never ended with {tail:?}");
+        got.extend_from_slice(&c.read_exact_len(1));
+    }
+    got
+}
+
+/// memcached serves a get/gets/gat of any number of keys and any line length (measured on
+/// 1.6.18: 1 000 and 10 000 keys, a 128 KiB line); cellcache answers them in batches.
+#[test]
+fn multi_get_of_thousands_of_keys_and_long_lines() {
+    let s = server();
+    let mut c = s.connect();
+    c.roundtrip(b"set k 0 0 2\r\nab\r\n", b"STORED\r\n");
+    c.roundtrip(b"set k7 1 0 1\r\nz\r\n", b"STORED\r\n");
+    for n in [1_000, 10_000] {
+        let keys: Vec<&str> = (0..n)
+            .map(|i| if i % 2 == 0 { "k" } else { "nope" })
+            .collect();
+        let want = "VALUE k 0 2\r\nab\r\n".repeat(n / 2) + "END\r\n";
+        // memcached lets only get/gets lines grow past 2 KiB while they arrive; a long gat
+        // line it serves only when it comes in one read (docs/protocol.md, difference 3).
+        let commands: &[&str] = if common::is_memcached() {
+            &["get"]
+        } else {
+            &["get", "gat 0"]
+        };
+        for cmd in commands {
+            let got = read_until(
+                &mut c,
+                format!("{cmd} {}\r\n", keys.join(" ")).as_bytes(),
+                b"END\r\n",
+            );
+            assert_eq!(got.len(), want.len(), "{cmd} of {n} keys");
+            assert_eq!(got, want.as_bytes(), "{cmd} of {n} keys");
+        }
+    }
+    // A 128 KiB line of 250-byte keys with two hits in it, sent in pieces.
+    let long = "x".repeat(250);
+    let mut line = String::from("gets");
+    let mut hits = 0;
+    while line.len() < 128 << 10 {
+        line.push(' ');
+        if line.len() % 7 == 0 {
+            line.push_str("k7");
+            hits += 1;
+        } else {
+            line.push_str(&long);
+        }
+    }
+    line.push_str("\r\nget k\r\n");
+    for piece in line.as_bytes().chunks(10_000) {
+        c.send(piece);
+    }
+    for _ in 0..hits {
+        let header = c.line();
+        assert!(header.starts_with("VALUE k7 1 1 "), "{header}");
+        assert_eq!(c.line(), "z");
+    }
+    assert_eq!(c.line(), "END");
+    c.expect(b"VALUE k 0 2\r\nab\r\nEND\r\n");
+    // A too-long key ends the line with an error; the connection goes on.
+    c.roundtrip(
+        format!("get k {}\r\nget k\r\n", "y".repeat(251)).as_bytes(),
+        b"CLIENT_ERROR bad command line format\r\nVALUE k 0 2\r\nab\r\nEND\r\n",
+    );
+}
+
+/// What closes a connection, as memcached 1.6.18 (docs/protocol.md, "Closing"): an HTTP
+/// request line, and a command line (other than a retrieval) too long to frame. Unknown
+/// commands and bad data chunks do not.
+#[test]
+fn garbage_that_closes_the_connection() {
+    let s = server();
+    let mut c = s.connect();
+    c.roundtrip(b"GET /\r\n", b"ERROR\r\n");
+    c.roundtrip(b"foo HTTP/1.1 x\r\n", b"ERROR\r\n");
+    c.roundtrip(
+        b"set k 0 0 2\r\nabcd\r\nversion\r\n",
+        b"CLIENT_ERROR bad data chunk\r\nERROR\r\nVERSION ",
+    );
+    c.line();
+    c.send(b"GET / HTTP/1.0\r\n\r\n");
+    assert!(
+        closed(&mut c),
+        "an HTTP request line must close the connection"
+    );
+
+    let mut c = s.connect();
+    let mut long = b"foo ".to_vec();
+    long.extend_from_slice(&vec![b'x'; 100_000]);
+    long.extend_from_slice(b"\r\nversion\r\n");
+    // The server may close before all of it is sent.
+    let _ = std::io::Write::write_all(&mut c.stream, &long);
+    assert!(
+        closed(&mut c),
+        "a 100 KB command line must close the connection"
+    );
+}
+
+/// The server closed the connection: end of stream, or a reset (it closed with unread
+/// input, so the kernel answered the rest with RST). A timeout is not a close.
+fn closed(c: &mut Client) -> bool {
+    let mut buf = [0u8; 64];
+    loop {
+        match std::io::Read::read(&mut c.stream, &mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue, // replies sent before the close
+            Err(e) => return e.kind() == std::io::ErrorKind::ConnectionReset,
+        }
+    }
+}
+
+/// Administration commands, answered as memcached 1.6.18 does (measured with the same
+/// lines); where cellcache has no such mechanism (slab classes, an LRU crawler) the answer
+/// is memcached's for "nothing to do" (docs/protocol.md, "Administration").
+#[test]
+fn administration_commands_answer_like_memcached() {
+    let s = server();
+    let mut c = s.connect();
+    let steps: &[(&[u8], &[u8])] = &[
+        (b"shutdown foo\r\n", b"ERROR: shutdown not enabled\r\n"),
+        (
+            b"shutdown graceful x\r\n",
+            b"ERROR: shutdown not enabled\r\n",
+        ),
+        (b"slabs automove 1\r\n", b"OK\r\n"),
+        (b"slabs automove 0\r\n", b"OK\r\n"),
+        (b"slabs automove 3\r\n", b"ERROR\r\n"),
+        (b"slabs automove\r\n", b"ERROR\r\n"),
+        (
+            b"slabs reassign 1 1\r\n",
+            b"SAME src and dst class are identical\r\n",
+        ),
+        (
+            b"slabs reassign 1 99\r\n",
+            b"BADCLASS invalid src or dst class id\r\n",
+        ),
+        (
+            b"slabs reassign 99 1\r\n",
+            b"BADCLASS invalid src or dst class id\r\n",
+        ),
+        (
+            b"slabs reassign x 1\r\n",
+            b"CLIENT_ERROR bad command line format\r\n",
+        ),
+        (b"slabs reassign 1\r\n", b"ERROR\r\n"),
+        (b"slabs foo\r\n", b"ERROR\r\n"),
+        (b"slabs\r\n", b"ERROR\r\n"),
+        (b"lru_crawler disable\r\n", b"OK\r\n"),
+        (b"lru_crawler sleep 100\r\n", b"OK\r\n"),
+        (b"lru_crawler tocrawl 10\r\n", b"OK\r\n"),
+        (
+            b"lru_crawler sleep x\r\n",
+            b"CLIENT_ERROR bad command line format\r\n",
+        ),
+        (b"lru_crawler foo\r\n", b"ERROR\r\n"),
+        (b"lru_crawler\r\n", b"ERROR\r\n"),
+        (b"verbosity\r\n", b"ERROR\r\n"),
+        (b"verbosity 1\r\n", b"OK\r\n"),
+        (
+            b"verbosity x\r\n",
+            b"CLIENT_ERROR bad command line format\r\n",
+        ),
+        (b"verbosity 1 noreply\r\nverbosity 1 2\r\n", b"OK\r\n"),
+        (b"verbosity 1 2 3\r\n", b"ERROR\r\n"),
+        (b"cache_memlimit\r\n", b"ERROR\r\n"),
+        (
+            b"cache_memlimit 0\r\n",
+            b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n",
+        ),
+        (
+            b"cache_memlimit 7\r\n",
+            b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n",
+        ),
+        (b"cache_memlimit x\r\n", b"ERROR\r\n"),
+        (
+            b"cache_memlimit 64 noreply\r\ncache_memlimit 64\r\n",
+            b"OK\r\n",
+        ),
+    ];
+    for (req, want) in steps {
+        c.roundtrip(req, want);
+    }
+    if !common::is_memcached() {
+        // No crawler: memcached's answers when its crawler is disabled.
+        c.roundtrip(
+            b"lru_crawler crawl all\r\n",
+            b"CLIENT_ERROR lru crawler disabled\r\n",
+        );
+        c.roundtrip(
+            b"lru_crawler metadump all\r\n",
+            b"CLIENT_ERROR lru crawler disabled\r\n",
+        );
+        c.roundtrip(
+            b"lru_crawler enable\r\n",
+            b"ERROR failed to start lru crawler thread\r\n",
+        );
+    }
+    // With shutdown enabled, a bad mode is a client error and the server keeps running.
+    let s = Server::start(&["-m", "64", "-A"]);
+    let mut c = s.connect();
+    c.roundtrip(
+        b"shutdown foo\r\nversion\r\n",
+        b"CLIENT_ERROR invalid shutdown mode\r\nVERSION ",
+    );
+}
+
+/// `-t 0` is refused with a clear message (memcached 1.6.18: "Number of threads must be
+/// greater than 0"); `-b` (listen backlog) is accepted.
+#[test]
+fn serve_refuses_zero_threads_and_accepts_a_backlog() {
+    if common::is_memcached() {
+        println!("not run against memcached: checks cellcache's command line");
+        return;
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cellcache"))
+        .args([
+            "serve",
+            "--standalone",
+            "-l",
+            "127.0.0.1",
+            "-p",
+            "0",
+            "-t",
+            "0",
+        ])
+        .output()
+        .expect("cellcache runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("threads must be greater than 0"), "{err}");
+    let s = Server::start(&["-m", "64", "-b", "64"]);
+    let mut c = s.connect();
+    c.roundtrip(b"set k 0 0 1\r\nv\r\n", b"STORED\r\n");
+}

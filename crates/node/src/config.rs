@@ -159,9 +159,10 @@ impl Default for ClusterConfig {
 pub struct ProtocolConfig {
     /// Longest key accepted (memcached: 250).
     pub key_bytes_max: usize,
-    /// Longest command line accepted; longer lines get `CLIENT_ERROR line too long`.
+    /// Longest command line; a longer one closes the connection (as memcached), except a
+    /// retrieval line, which is taken in batches of the keys within this many bytes.
     pub line_bytes_max: usize,
-    /// Most keys in one get/gets/gat/gats.
+    /// Most keys executed per batch of a get/gets/gat/gats line (any number per line).
     pub keys_per_get_max: usize,
 }
 

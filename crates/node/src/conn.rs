@@ -19,7 +19,7 @@ use crate::cluster::route::{self, Ctx, Placement, Reply};
 use crate::counters::LocalCounters;
 use crate::local::{Flow, execute};
 use cellcache_io::{Notify, Progress, Service, Session};
-use cellcache_proto::{Discard, Parsed, parse};
+use cellcache_proto::{Discard, Parsed, Request, RetrieveRest, parse, parse_retrieve_rest};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -40,6 +40,8 @@ impl Service for ClientService {
             notify,
             queue: VecDeque::new(),
             closing: false,
+            retrieve_rest: None,
+            skip_line: false,
         }
     }
 }
@@ -71,6 +73,11 @@ pub struct Conn {
     /// `quit` (or `shutdown`) was executed behind replies still in flight: close once they
     /// are written, read nothing more.
     closing: bool,
+    /// Inside a retrieval line taken in batches (`Parsed::Partial`): the rest of the line
+    /// is parsed with `parse_retrieve_rest`, and only its last batch's reply ends in `END`.
+    retrieve_rest: Option<RetrieveRest>,
+    /// A long retrieval line was refused before its end arrived: drop input through its `\n`.
+    skip_line: bool,
 }
 
 impl Conn {
@@ -100,6 +107,151 @@ impl Conn {
     fn in_flight_max(&self) -> usize {
         self.cell.config.cluster.in_flight_per_connection_max
     }
+
+    /// Executes one complete request (`bytes` is its wire form, for forwarding) and queues
+    /// its reply in order; `end: false` drops the final `END` of a retrieval batch's reply.
+    fn run(
+        &mut self,
+        request: &Request<'_>,
+        bytes: &[u8],
+        now: u32,
+        cluster: &Option<Arc<crate::cluster::Cluster>>,
+        output: &mut Vec<u8>,
+        end: bool,
+    ) -> Flow {
+        let standby = cluster.is_none() && self.cell.config.cluster.enabled;
+        if standby
+            && (route::key_hashes(request).is_some() || matches!(request, Request::FlushAll { .. }))
+        {
+            self.reply_bytes(
+                b"SERVER_ERROR standby: this cell is not in a ring yet\r\n".to_vec(),
+                output,
+            );
+            return Flow::Continue;
+        }
+        let bytes = bytes.to_vec();
+        let direct = self.queue.is_empty();
+        let mut tmp = Vec::new();
+        let out: &mut Vec<u8> = if direct { output } else { &mut tmp };
+        let flow = match &cluster {
+            None => {
+                let start = out.len();
+                let flow = execute(&self.cell, request, now, out, &mut self.counters);
+                strip_end(out, start, end);
+                flow
+            }
+            Some(cl) => {
+                let placed_at = cl.epoch();
+                let placement = route::place_in_order(cl, request, false, None);
+                let mut local = None;
+                if let Placement::NoKeys | Placement::Local = placement {
+                    let start = out.len();
+                    let (flow, captured) =
+                        route::execute_local(cl, request, now, out, &mut self.counters);
+                    strip_end(out, start, end);
+                    match route::after(cl, request, placed_at, false, captured) {
+                        route::After::Now => local = Some(flow),
+                        route::After::Stray => {
+                            if out.len() > start {
+                                out.truncate(start);
+                                out.extend_from_slice(route::UNAVAILABLE);
+                            }
+                            local = Some(flow);
+                        }
+                        route::After::Wait(positions) => {
+                            let reply = out.split_off(start);
+                            let quiet = reply.is_empty();
+                            if !direct && !tmp.is_empty() {
+                                self.queue
+                                    .push_back(Pending::Ready(std::mem::take(&mut tmp)));
+                            }
+                            let slot = self.slot();
+                            route::reply_after_replication(
+                                cl,
+                                positions,
+                                reply,
+                                quiet,
+                                Box::new(move |b| slot.fill(b)),
+                            );
+                            local = Some(flow);
+                        }
+                        // The map moved the key away meanwhile: route it anew.
+                        route::After::Reroute => out.truncate(start),
+                    }
+                }
+                match local {
+                    Some(flow) => flow,
+                    None => {
+                        if !direct && !tmp.is_empty() {
+                            self.queue
+                                .push_back(Pending::Ready(std::mem::take(&mut tmp)));
+                        }
+                        let slot = self.slot();
+                        let ctx = Ctx {
+                            forwarded: false,
+                            from_epoch: 0,
+                            parked: None,
+                            deadline: Instant::now()
+                                + Duration::from_millis(cl.config.request_timeout_ms),
+                        };
+                        route::dispatch(
+                            cl,
+                            bytes,
+                            ctx,
+                            Box::new(move |r| {
+                                slot.fill(match r {
+                                    Reply::Bytes(mut b) => {
+                                        strip_end(&mut b, 0, end);
+                                        b
+                                    }
+                                    Reply::Refused(_) => route::UNAVAILABLE.to_vec(),
+                                })
+                            }),
+                        );
+                        Flow::Continue
+                    }
+                }
+            }
+        };
+        if !tmp.is_empty() {
+            self.queue.push_back(Pending::Ready(tmp));
+        }
+        flow
+    }
+
+    /// One batch of a retrieval line taken in parts: a `Request::Retrieve` of its keys,
+    /// re-encoded as a line of its own for forwarding. A last batch without keys is just
+    /// the line's `END`.
+    fn run_batch(
+        &mut self,
+        request: &Request<'_>,
+        now: u32,
+        cluster: &Option<Arc<crate::cluster::Cluster>>,
+        output: &mut Vec<u8>,
+        end: bool,
+    ) {
+        let Request::Retrieve(r) = request else {
+            return;
+        };
+        if r.keys.is_empty() {
+            if end {
+                self.reply_bytes(b"END\r\n".to_vec(), output);
+            }
+            return;
+        }
+        let mut bytes = Vec::new();
+        request.encode(&mut bytes);
+        self.run(request, &bytes, now, cluster, output, end);
+    }
+
+    /// Sends `reply` now, or after the replies still in flight.
+    fn reply_bytes(&mut self, reply: Vec<u8>, output: &mut Vec<u8>) {
+        if self.queue.is_empty() {
+            output.extend_from_slice(&reply);
+        } else {
+            self.queue.push_back(Pending::Ready(reply));
+        }
+    }
 }
 
 impl Session for Conn {
@@ -126,11 +278,51 @@ impl Session for Conn {
                 break; // resumed by on_notify once replies drain
             }
             let rest = &input[p.consumed..];
+            if self.skip_line {
+                match rest.iter().position(|&b| b == b'\n') {
+                    Some(eol) => {
+                        p.consumed += eol + 1;
+                        self.skip_line = false;
+                        continue;
+                    }
+                    None => {
+                        p.consumed = input.len();
+                        break;
+                    }
+                }
+            }
+            if let Some(batch) = self.retrieve_rest {
+                // The rest of a long retrieval line: its keys, never a command.
+                match parse_retrieve_rest(rest, &batch, &self.cell.limits) {
+                    Parsed::Incomplete => break,
+                    Parsed::Partial {
+                        request, consumed, ..
+                    } => {
+                        p.consumed += consumed;
+                        self.run_batch(&request, now, &cluster, output, false);
+                    }
+                    Parsed::Complete { request, consumed } => {
+                        p.consumed += consumed;
+                        self.retrieve_rest = None;
+                        self.run_batch(&request, now, &cluster, output, true);
+                    }
+                    Parsed::Error(e) => {
+                        p.consumed += e.consumed;
+                        self.retrieve_rest = None;
+                        self.skip_line = e.skip_line;
+                        self.counters.protocol_errors += 1;
+                        let mut line = Vec::new();
+                        e.reply.encode(&mut line);
+                        self.reply_bytes(line, output);
+                    }
+                }
+                continue;
+            }
             if let Some(cl) = &cluster {
                 if rest.starts_with(b"cluster") {
                     let Some(eol) = rest.iter().position(|&b| b == b'\n') else {
                         if rest.len() > self.cell.limits.line_bytes_max {
-                            output.extend_from_slice(b"CLIENT_ERROR line too long\r\n");
+                            // As any over-long line: memcached closes without a reply.
                             p.close = true;
                         }
                         break;
@@ -177,92 +369,18 @@ impl Session for Conn {
                         self.queue.push_back(Pending::Ready(reply.to_vec()));
                     }
                 }
-                Parsed::Complete { request, consumed } => {
-                    let bytes = &rest[..consumed];
+                Parsed::Partial {
+                    request,
+                    consumed,
+                    rest: batch,
+                } => {
                     p.consumed += consumed;
-                    let direct = self.queue.is_empty();
-                    let mut tmp = Vec::new();
-                    let out: &mut Vec<u8> = if direct { output } else { &mut tmp };
-                    let flow = match &cluster {
-                        None => execute(&self.cell, &request, now, out, &mut self.counters),
-                        Some(cl) => {
-                            let placed_at = cl.epoch();
-                            let placement = route::place_in_order(cl, &request, false, None);
-                            let mut local = None;
-                            if let Placement::NoKeys | Placement::Local = placement {
-                                let start = out.len();
-                                let (flow, captured) = route::execute_local(
-                                    cl,
-                                    &request,
-                                    now,
-                                    out,
-                                    &mut self.counters,
-                                );
-                                match route::after(cl, &request, placed_at, false, captured) {
-                                    route::After::Now => local = Some(flow),
-                                    route::After::Stray => {
-                                        if out.len() > start {
-                                            out.truncate(start);
-                                            out.extend_from_slice(route::UNAVAILABLE);
-                                        }
-                                        local = Some(flow);
-                                    }
-                                    route::After::Wait(positions) => {
-                                        let reply = out.split_off(start);
-                                        let quiet = reply.is_empty();
-                                        if !direct && !tmp.is_empty() {
-                                            self.queue.push_back(Pending::Ready(std::mem::take(
-                                                &mut tmp,
-                                            )));
-                                        }
-                                        let slot = self.slot();
-                                        route::reply_after_replication(
-                                            cl,
-                                            positions,
-                                            reply,
-                                            quiet,
-                                            Box::new(move |b| slot.fill(b)),
-                                        );
-                                        local = Some(flow);
-                                    }
-                                    // The map moved the key away meanwhile: route it anew.
-                                    route::After::Reroute => out.truncate(start),
-                                }
-                            }
-                            match local {
-                                Some(flow) => flow,
-                                None => {
-                                    if !direct && !tmp.is_empty() {
-                                        self.queue
-                                            .push_back(Pending::Ready(std::mem::take(&mut tmp)));
-                                    }
-                                    let slot = self.slot();
-                                    let ctx = Ctx {
-                                        forwarded: false,
-                                        from_epoch: 0,
-                                        parked: None,
-                                        deadline: Instant::now()
-                                            + Duration::from_millis(cl.config.request_timeout_ms),
-                                    };
-                                    route::dispatch(
-                                        cl,
-                                        bytes.to_vec(),
-                                        ctx,
-                                        Box::new(move |r| {
-                                            slot.fill(match r {
-                                                Reply::Bytes(b) => b,
-                                                Reply::Refused(_) => route::UNAVAILABLE.to_vec(),
-                                            })
-                                        }),
-                                    );
-                                    Flow::Continue
-                                }
-                            }
-                        }
-                    };
-                    if !tmp.is_empty() {
-                        self.queue.push_back(Pending::Ready(tmp));
-                    }
+                    self.retrieve_rest = Some(batch);
+                    self.run_batch(&request, now, &cluster, output, false);
+                }
+                Parsed::Complete { request, consumed } => {
+                    p.consumed += consumed;
+                    let flow = self.run(&request, &rest[..consumed], now, &cluster, output, true);
                     if flow == Flow::Close {
                         self.closing = true;
                         break;
@@ -289,6 +407,7 @@ impl Session for Conn {
                     }
                     p.consumed += e.consumed;
                     self.discard = e.discard();
+                    self.skip_line = e.skip_line;
                     if e.close {
                         self.closing = true;
                         break;
@@ -310,6 +429,14 @@ impl Session for Conn {
             close: self.closing && self.queue.is_empty(),
             ..Progress::default()
         }
+    }
+}
+
+/// Drops the `END\r\n` that closes a retrieval reply written at `from..` unless `end`: a
+/// batch of a long retrieval line is followed by more values.
+fn strip_end(out: &mut Vec<u8>, from: usize, end: bool) {
+    if !end && out.len() >= from + 5 && out.ends_with(b"END\r\n") {
+        out.truncate(out.len() - 5);
     }
 }
 

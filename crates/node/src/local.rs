@@ -98,6 +98,16 @@ pub fn execute(
             cell.shutdown.trigger();
             return Flow::Close;
         }
+        Request::Admin(admin) => {
+            out.extend_from_slice(admin_reply(cell, admin));
+        }
+        Request::CacheMemlimit { megabytes, noreply } if *megabytes < CACHE_MEMLIMIT_MIN_MB => {
+            reply_unless(
+                *noreply,
+                out,
+                b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n",
+            );
+        }
         Request::CacheMemlimit { megabytes, noreply } => {
             let reply: &[u8] = match cell
                 .store
@@ -118,6 +128,32 @@ pub fn execute(
         | Request::MetaDebug { .. } => crate::meta::execute(cell, request, now, out, counters),
     }
     Flow::Continue
+}
+
+/// memcached refuses `cache_memlimit` below 8 MB with its own reply word.
+const CACHE_MEMLIMIT_MIN_MB: u64 = 8;
+
+/// cellcache has one arena (reported as slab class 1, docs/protocol.md) and no LRU crawler:
+/// each command gets the answer memcached 1.6.18 gives when its mechanism has nothing to do.
+fn admin_reply(cell: &Cell, admin: &cellcache_proto::Admin) -> &'static [u8] {
+    use cellcache_proto::Admin;
+    match admin {
+        // A setting of memcached's slab mover; there are no classes to move pages between.
+        Admin::SlabsAutomove(_) => b"OK\r\n",
+        Admin::SlabsReassign {
+            source,
+            destination,
+        } if source == destination => b"SAME src and dst class are identical\r\n",
+        // Class 1 is the only one, so any reassignment names a class that does not exist.
+        Admin::SlabsReassign { .. } => b"BADCLASS invalid src or dst class id\r\n",
+        Admin::LruCrawlerRun => b"CLIENT_ERROR lru crawler disabled\r\n",
+        Admin::LruCrawlerEnable => b"ERROR failed to start lru crawler thread\r\n",
+        Admin::LruCrawlerDisable | Admin::LruCrawlerSetting => b"OK\r\n",
+        Admin::ShutdownInvalidMode if cell.config.server.shutdown_command => {
+            b"CLIENT_ERROR invalid shutdown mode\r\n"
+        }
+        Admin::ShutdownInvalidMode => b"ERROR: shutdown not enabled\r\n",
+    }
 }
 
 fn reply_unless(noreply: bool, out: &mut Vec<u8>, line: &[u8]) {

@@ -48,6 +48,11 @@ fn main() {
                     }
                     rest = &rest[consumed..];
                 }
+                // A long retrieval line in batches: no error line to compare, skip to its end.
+                Parsed::Partial { .. } => {
+                    let eol = rest.iter().position(|&b| b == b'\n');
+                    rest = &rest[eol.map_or(rest.len(), |i| i + 1)..];
+                }
                 Parsed::Incomplete => break,
                 Parsed::Error(e) => {
                     if !e.noreply {

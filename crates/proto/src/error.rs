@@ -58,8 +58,6 @@ pub enum ClientError {
     InvalidExptime,
     /// A command line longer than [`crate::Limits::line_bytes_max`].
     LineTooLong,
-    /// A multi-key retrieval with more than [`crate::Limits::keys_per_get_max`] keys.
-    TooManyKeys,
     /// Meta command: unknown flag, or a flag the command does not take.
     InvalidFlag,
     /// Meta command: the same flag given twice.
@@ -96,7 +94,6 @@ impl ClientError {
             ClientError::InvalidDelta => "invalid numeric delta argument",
             ClientError::InvalidExptime => "invalid exptime argument",
             ClientError::LineTooLong => "line too long",
-            ClientError::TooManyKeys => "too many keys",
             ClientError::InvalidFlag => "invalid flag",
             ClientError::DuplicateFlag => "duplicate flag",
             ClientError::BadToken => "bad token in command line format",
@@ -142,9 +139,14 @@ pub struct ProtocolError<'a> {
     /// The request said `noreply`; memcached then suppresses even the error
     /// line, and so should the server, or the client's stream desynchronises.
     pub noreply: bool,
-    /// The parser could not find the end of the frame (line too long): send
-    /// the reply, then close the connection, as memcached does.
+    /// Close the connection after the reply (if any), as memcached does: a
+    /// command line longer than the limit (its end cannot be found), or an
+    /// HTTP request line sent to the memcached port.
     pub close: bool,
+    /// The error was found before the end of a long retrieval line: the rest
+    /// of that line, up to and including its `\n`, must be discarded too
+    /// (possibly not received yet).
+    pub skip_line: bool,
     /// A `set` rejected as too large: memcached also unlinks the key's
     /// existing item so a stale value does not outlive the failed write; the
     /// node should do the same.
@@ -159,6 +161,7 @@ impl<'a> ProtocolError<'a> {
             swallow: 0,
             noreply: false,
             close: false,
+            skip_line: false,
             failed_set_key: None,
         }
     }

@@ -37,10 +37,11 @@ pub use meta::{
     ArithmeticMode, MetaArithmeticFlags, MetaDeleteFlags, MetaGetFlags, MetaKey, MetaSetFlags,
     ReturnFlag, ReturnFlags, SetMode,
 };
-pub use parse::{Parsed, parse};
+pub use parse::{Parsed, RetrieveRest, parse, parse_retrieve_rest};
 pub use reply::{ParsedReply, ReplyError, parse_reply};
 pub use request::{
-    ArithmeticOp, Keys, KeysError, Request, Retrieve, StatsGroup, Store, StoreMode, write_retrieve,
+    Admin, ArithmeticOp, Keys, KeysError, Request, Retrieve, StatsGroup, Store, StoreMode,
+    write_retrieve,
 };
 pub use response::{
     MetaReply, MetaReplyFlags, MetaStatus, Response, write_meta_header, write_value_end,

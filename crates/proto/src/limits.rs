@@ -11,9 +11,11 @@ use serde::Deserialize;
 pub const KEY_BYTES_MAX_DEFAULT: usize = 250;
 /// memcached's default `item_size_max` (`-I 1m`); SPEC D1.
 pub const VALUE_BYTES_MAX_DEFAULT: usize = 1024 * 1024;
-/// Keys accepted in one `get`/`gets`/`gat`/`gats` line.
+/// Keys executed per batch of a `get`/`gets`/`gat`/`gats` line (a line may
+/// hold any number of keys, as in memcached; see [`crate::Parsed::Partial`]).
 pub const KEYS_PER_GET_MAX_DEFAULT: usize = 256;
-/// Longest command line, terminator included. 64 KiB holds a multi-get of
+/// Longest command line, terminator included (a retrieval line may be longer:
+/// it is taken in batches of this window). 64 KiB holds a batch of
 /// [`KEYS_PER_GET_MAX_DEFAULT`] maximal keys (256 × 251 + command word).
 pub const LINE_BYTES_MAX_DEFAULT: usize = 64 * 1024;
 /// memcached rejects opaque (`O`) tokens longer than 32 bytes.
@@ -32,14 +34,16 @@ pub struct Limits {
     /// whatever this limit says.
     pub key_bytes_max: usize,
     /// Longest command or reply line in bytes, `\r\n` included (default 64 KiB).
-    /// A longer line is answered with `CLIENT_ERROR line too long` and the
-    /// connection is closed, because the parser cannot find the next frame.
+    /// A longer command line closes the connection without a reply, as
+    /// memcached does (the parser cannot find the next frame) — except a
+    /// retrieval line, whose keys are taken in batches within this window, so
+    /// neither the line nor all its values are ever held at once.
     pub line_bytes_max: usize,
     /// Largest value (`item_size_max`, default 1 MiB). Larger storage requests
     /// get `SERVER_ERROR object too large for cache` and their data is swallowed.
     pub value_bytes_max: usize,
-    /// Most keys in one multi-key retrieval (default 256); more is a
-    /// `CLIENT_ERROR too many keys`.
+    /// Most keys per batch of a multi-key retrieval (default 256): a line
+    /// with more is answered batch by batch, with `END` after the last.
     pub keys_per_get_max: usize,
 }
 
@@ -106,7 +110,7 @@ impl Limits {
 
 const _: () = assert!(
     KEYS_PER_GET_MAX_DEFAULT * (KEY_BYTES_MAX_DEFAULT + 1) + 8 <= LINE_BYTES_MAX_DEFAULT,
-    "the default line limit must hold a maximal default multi-get"
+    "the default line limit must hold a batch of maximal default keys"
 );
 
 #[cfg(test)]

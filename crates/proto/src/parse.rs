@@ -17,7 +17,7 @@ use crate::error::{ClientError, ErrorReply, ProtocolError, ServerError};
 use crate::limits::Limits;
 use crate::meta;
 use crate::request::{
-    ArithmeticOp, Keys, KeysError, Request, Retrieve, StatsGroup, Store, StoreMode,
+    Admin, ArithmeticOp, Keys, KeysError, Request, Retrieve, StatsGroup, Store, StoreMode,
 };
 use crate::token::{Tokens, key_is_valid, parse_i64, parse_u32, parse_u64, parse_usize};
 
@@ -37,6 +37,29 @@ pub enum Parsed<'a> {
     Incomplete,
     /// The request is malformed; see [`ProtocolError`].
     Error(ProtocolError<'a>),
+    /// A first batch of a retrieval line too long (or with too many keys) to
+    /// be taken whole: `request` is a [`Request::Retrieve`] of the batch's
+    /// keys, whose reply must go without its final `END`. The line goes on
+    /// after `consumed`: parse it with [`parse_retrieve_rest`] and `rest`
+    /// until that answers [`Parsed::Complete`] (whose reply ends with `END`).
+    /// So a `get` of any number of keys is answered in bounded memory.
+    Partial {
+        /// A retrieval of this batch's keys (possibly none).
+        request: Request<'a>,
+        /// Bytes of the line the batch covers.
+        consumed: usize,
+        /// What the rest of the line needs to be parsed on its own.
+        rest: RetrieveRest,
+    },
+}
+
+/// The options of a retrieval line whose keys come in batches ([`Parsed::Partial`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetrieveRest {
+    /// `gets`/`gats`.
+    pub return_cas: bool,
+    /// `gat`/`gats` exptime.
+    pub touch_exptime: Option<i64>,
 }
 
 /// Most tokens any classic command takes (`cas` with all its arguments and
@@ -82,10 +105,7 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
     let window = &buf[..buf.len().min(limits.line_bytes_max)];
     let Some(newline) = memchr(b'\n', window) else {
         if !buf.is_empty() && buf.len() >= limits.line_bytes_max {
-            return Parsed::Error(ProtocolError {
-                close: true,
-                ..ProtocolError::line(ErrorReply::Client(ClientError::LineTooLong), buf.len())
-            });
+            return long_line(window, limits);
         }
         return Parsed::Incomplete;
     };
@@ -102,6 +122,7 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
         buf,
         line_len,
         limits,
+        line_complete: true,
     };
     match command {
         b"get" => cx.retrieve(tokens, false, false),
@@ -128,11 +149,81 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
         }
         b"quit" => cx.complete(Request::Quit),
         b"shutdown" => cx.shutdown(tokens),
+        b"slabs" => cx.slabs(tokens),
+        b"lru_crawler" => cx.lru_crawler(tokens),
         b"mg" | b"md" | b"ma" | b"me" => cx.meta_keyed(command, tokens),
         b"ms" => cx.meta_set(tokens),
         b"mn" => cx.complete(Request::MetaNoop),
+        _ if line
+            .rsplit(|&b| b == b' ')
+            .next()
+            .is_some_and(|last| last.starts_with(b"HTTP/")) =>
+        {
+            // An unknown command ending in `HTTP/…`: an HTTP client on the memcached port.
+            // memcached closes the connection without a reply.
+            Parsed::Error(ProtocolError {
+                noreply: true,
+                close: true,
+                ..ProtocolError::line(ErrorReply::Error, line_len)
+            })
+        }
         _ => error(ErrorReply::Error, line_len),
     }
+}
+
+/// Room kept free in a retrieval batch's window so that the batch, re-encoded as a line of
+/// its own (`gats <exptime> <keys>\r\n`, for forwarding), still fits `line_bytes_max`.
+const BATCH_LINE_SLACK_BYTES: usize = 32;
+
+/// A buffer holding no line end within `line_bytes_max`. A retrieval line is taken in
+/// batches of the keys in the window; any other command cannot be framed, and memcached
+/// closes the connection without a reply (it lets only `get`/`gets` lines grow).
+fn long_line<'a>(window: &'a [u8], limits: &Limits) -> Parsed<'a> {
+    let close = Parsed::Error(ProtocolError {
+        noreply: true,
+        close: true,
+        ..ProtocolError::line(ErrorReply::Client(ClientError::LineTooLong), window.len())
+    });
+    let window = &window[..window.len() - BATCH_LINE_SLACK_BYTES.min(window.len() / 2)];
+    let mut tokens = Tokens::new(window);
+    let (return_cas, touch) = match tokens.next() {
+        Some(b"get") => (false, false),
+        Some(b"gets") => (true, false),
+        Some(b"gat") => (false, true),
+        Some(b"gats") => (true, true),
+        _ => return close,
+    };
+    let cx = Context {
+        buf: window,
+        line_len: window.len(),
+        limits,
+        line_complete: false,
+    };
+    cx.retrieve(tokens, return_cas, touch)
+}
+
+/// Parses the rest of a retrieval line after a [`Parsed::Partial`] batch: the next batch
+/// ([`Parsed::Partial`] again), the last one with the line end ([`Parsed::Complete`], whose
+/// [`Request::Retrieve`] may hold no key: the reply is then just `END`), not enough bytes
+/// yet, or a bad key ([`Parsed::Error`] with `skip_line` when the line end is still ahead).
+pub fn parse_retrieve_rest<'a>(buf: &'a [u8], rest: &RetrieveRest, limits: &Limits) -> Parsed<'a> {
+    let window_max = limits.line_bytes_max - BATCH_LINE_SLACK_BYTES.min(limits.line_bytes_max / 2);
+    let window = &buf[..buf.len().min(window_max)];
+    let (text, complete, line_len) = match memchr(b'\n', window) {
+        Some(newline) => {
+            let text = &buf[..newline];
+            (text.strip_suffix(b"\r").unwrap_or(text), true, newline + 1)
+        }
+        None if buf.len() >= window_max => (window, false, window.len()),
+        None => return Parsed::Incomplete,
+    };
+    let cx = Context {
+        buf,
+        line_len,
+        limits,
+        line_complete: complete,
+    };
+    cx.retrieve_keys(text, *rest)
 }
 
 /// Largest data block length memcached parses at all (`INT_MAX - 2`); a
@@ -169,6 +260,8 @@ struct Context<'a, 'l> {
     buf: &'a [u8],
     line_len: usize,
     limits: &'l Limits,
+    /// `line_len` bytes end with the line end; false for a window of a long retrieval line.
+    line_complete: bool,
 }
 
 impl<'a> Context<'a, '_> {
@@ -197,28 +290,81 @@ impl<'a> Context<'a, '_> {
             };
             match parse_i64(token) {
                 Some(exptime) => Some(exptime),
-                None => return self.client_error(ClientError::InvalidExptime, false),
+                None => return self.retrieval_error(ClientError::InvalidExptime),
             }
         } else {
             None
         };
-        let keys = match Keys::new(
-            tokens.remainder(),
+        let text = tokens.remainder();
+        if self.line_complete {
+            // The common case: the whole line is here and small; validated in one pass.
+            match Keys::new(
+                text,
+                self.limits.key_bytes_max,
+                self.limits.keys_per_get_max,
+            ) {
+                Ok(keys) => {
+                    return self.complete(Request::Retrieve(Retrieve {
+                        return_cas,
+                        touch_exptime,
+                        keys,
+                    }));
+                }
+                Err(KeysError::Empty) => return error(ErrorReply::Error, self.line_len),
+                Err(KeysError::InvalidKey) => {
+                    return self.client_error(ClientError::BadCommandLineFormat, false);
+                }
+                Err(KeysError::TooMany) => {}
+            }
+        }
+        self.retrieve_keys(
+            text,
+            RetrieveRest {
+                return_cas,
+                touch_exptime,
+            },
+        )
+    }
+
+    /// The next batch of a retrieval line's keys from `text` (a suffix of the line, without
+    /// its line end), as [`Parsed::Partial`] or, when it reaches the line end,
+    /// [`Parsed::Complete`].
+    fn retrieve_keys(&self, text: &'a [u8], rest: RetrieveRest) -> Parsed<'a> {
+        let (keys, covered) = match Keys::batch(
+            text,
+            self.line_complete,
             self.limits.key_bytes_max,
             self.limits.keys_per_get_max,
         ) {
-            Ok(keys) => keys,
-            Err(KeysError::Empty) => return error(ErrorReply::Error, self.line_len),
-            Err(KeysError::InvalidKey) => {
-                return self.client_error(ClientError::BadCommandLineFormat, false);
-            }
-            Err(KeysError::TooMany) => return self.client_error(ClientError::TooManyKeys, false),
+            Ok(batch) => batch,
+            Err(_) => return self.retrieval_error(ClientError::BadCommandLineFormat),
         };
-        self.complete(Request::Retrieve(Retrieve {
-            return_cas,
-            touch_exptime,
+        let request = Request::Retrieve(Retrieve {
+            return_cas: rest.return_cas,
+            touch_exptime: rest.touch_exptime,
             keys,
-        }))
+        });
+        // Where `text` starts in the buffer: it is a suffix of the line.
+        let start = text.as_ptr() as usize - self.buf.as_ptr() as usize;
+        let done = self.line_complete && text[covered..].iter().all(|&b| b == b' ');
+        if done {
+            self.complete(request)
+        } else {
+            Parsed::Partial {
+                request,
+                consumed: start + covered,
+                rest,
+            }
+        }
+    }
+
+    /// A client error in a retrieval line: when the line end is not in the buffer yet, the
+    /// rest of the line is discarded as it arrives.
+    fn retrieval_error(&self, e: ClientError) -> Parsed<'a> {
+        Parsed::Error(ProtocolError {
+            skip_line: !self.line_complete,
+            ..ProtocolError::line(ErrorReply::Client(e), self.line_len)
+        })
     }
 
     fn store(&self, tokens: Tokens<'a>, mode: Mode) -> Parsed<'a> {
@@ -400,8 +546,12 @@ impl<'a> Context<'a, '_> {
             return error(ErrorReply::Error, self.line_len);
         }
         let noreply = t.noreply();
+        // memcached 1.6.18 answers a limit that is not a number with `ERROR`.
         let Some(megabytes) = parse_u64(t.get(0)) else {
-            return self.client_error(ClientError::BadCommandLineFormat, noreply);
+            return Parsed::Error(ProtocolError {
+                noreply,
+                ..ProtocolError::line(ErrorReply::Error, self.line_len)
+            });
         };
         self.complete(Request::CacheMemlimit { megabytes, noreply })
     }
@@ -411,6 +561,51 @@ impl<'a> Context<'a, '_> {
         match (t.count, t.get(0)) {
             (0, _) => self.complete(Request::Shutdown { graceful: false }),
             (1, b"graceful") => self.complete(Request::Shutdown { graceful: true }),
+            // memcached answers this `CLIENT_ERROR invalid shutdown mode` when shutdown is
+            // enabled and `ERROR: shutdown not enabled` otherwise: the node decides.
+            _ => self.complete(Request::Admin(Admin::ShutdownInvalidMode)),
+        }
+    }
+
+    /// `slabs automove|reassign …`, with memcached 1.6's argument checks.
+    fn slabs(&self, tokens: Tokens<'a>) -> Parsed<'a> {
+        let t = LineTokens::new(tokens);
+        let bad_line = || self.client_error(ClientError::BadCommandLineFormat, false);
+        match (t.count, t.get(0)) {
+            (2, b"automove") => match parse_u32(t.get(1)) {
+                Some(mode @ 0..=2) => {
+                    self.complete(Request::Admin(Admin::SlabsAutomove(mode as u8)))
+                }
+                _ => error(ErrorReply::Error, self.line_len),
+            },
+            (3, b"reassign") => {
+                let class = |token: &[u8]| parse_i64(token).and_then(|v| i32::try_from(v).ok());
+                match (class(t.get(1)), class(t.get(2))) {
+                    (Some(source), Some(destination)) => {
+                        self.complete(Request::Admin(Admin::SlabsReassign {
+                            source,
+                            destination,
+                        }))
+                    }
+                    _ => bad_line(),
+                }
+            }
+            _ => error(ErrorReply::Error, self.line_len),
+        }
+    }
+
+    /// `lru_crawler …`, with memcached 1.6's argument checks.
+    fn lru_crawler(&self, tokens: Tokens<'a>) -> Parsed<'a> {
+        let t = LineTokens::new(tokens);
+        let admin = |a| self.complete(Request::Admin(a));
+        match (t.count, t.get(0)) {
+            (2, b"crawl" | b"metadump") => admin(Admin::LruCrawlerRun),
+            (1, b"enable") => admin(Admin::LruCrawlerEnable),
+            (1, b"disable") => admin(Admin::LruCrawlerDisable),
+            (2, b"sleep" | b"tocrawl") => match parse_u32(t.get(1)) {
+                Some(_) => admin(Admin::LruCrawlerSetting),
+                None => self.client_error(ClientError::BadCommandLineFormat, false),
+            },
             _ => error(ErrorReply::Error, self.line_len),
         }
     }

@@ -75,6 +75,8 @@ pub enum Request<'a> {
         /// `shutdown graceful`.
         graceful: bool,
     },
+    /// memcached's slab mover and LRU crawler commands, and `shutdown` with a bad mode.
+    Admin(Admin),
     /// `mg <key> <flags>*`.
     MetaGet {
         /// The key.
@@ -112,6 +114,32 @@ pub enum Request<'a> {
         /// The key.
         key: MetaKey<'a>,
     },
+}
+
+/// Administration commands of memcached whose mechanism cellcache's single arena does not
+/// have (slab classes to rebalance, an LRU crawler); the node answers each as memcached 1.6
+/// does when there is nothing for the mechanism to do (docs/protocol.md, "Administration").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admin {
+    /// `slabs automove <0|1|2>`.
+    SlabsAutomove(u8),
+    /// `slabs reassign <source class> <destination class>`.
+    SlabsReassign {
+        /// Source slab class.
+        source: i32,
+        /// Destination slab class.
+        destination: i32,
+    },
+    /// `lru_crawler crawl|metadump|mgdump <classes>`: work for a crawler.
+    LruCrawlerRun,
+    /// `lru_crawler enable`.
+    LruCrawlerEnable,
+    /// `lru_crawler disable`.
+    LruCrawlerDisable,
+    /// `lru_crawler sleep <usecs>` or `lru_crawler tocrawl <items>`: a crawler setting.
+    LruCrawlerSetting,
+    /// `shutdown` with an argument other than `graceful`.
+    ShutdownInvalidMode,
 }
 
 /// A retrieval: `get` = no cas, no touch; `gets` = cas; `gat` = touch;
@@ -196,6 +224,59 @@ impl<'a> Keys<'a> {
             return Err(KeysError::Empty);
         }
         Ok(Self { text, count })
+    }
+
+    /// The first batch of keys of `text`: at most `count_max` keys, in order. `complete`
+    /// says `text` runs to the line end; otherwise a token touching its end may be cut and
+    /// is left for a later batch. Returns the keys and how many bytes of `text` they cover
+    /// (up to the end of the batch's last key; the bytes after it are the rest of the line).
+    /// The batch may hold no key: `text` holds only spaces, or (not `complete`) only a cut
+    /// token no longer than `key_bytes_max`.
+    pub fn batch(
+        text: &'a [u8],
+        complete: bool,
+        key_bytes_max: usize,
+        count_max: usize,
+    ) -> Result<(Self, usize), KeysError> {
+        let mut count = 0;
+        let mut covered = 0;
+        let mut i = 0;
+        while i < text.len() && count < count_max {
+            if text[i] == b' ' {
+                i += 1;
+                continue;
+            }
+            let end = memchr::memchr(b' ', &text[i..]).map_or(text.len(), |n| i + n);
+            let key = &text[i..end];
+            let cut = end == text.len() && !complete;
+            // A cut token may end in the `\r` of its line end.
+            let body = if cut {
+                key.strip_suffix(b"\r").unwrap_or(key)
+            } else {
+                key
+            };
+            if body.len() > key_bytes_max || body.iter().any(|&b| b < b' ' || b == 0x7f) {
+                return Err(KeysError::InvalidKey);
+            }
+            if cut {
+                break;
+            }
+            count += 1;
+            covered = end;
+            i = end;
+        }
+        if count == 0 {
+            // Only spaces, or spaces and a cut token: the spaces are covered, so that every
+            // batch of a long line makes progress.
+            covered = i.min(text.len());
+        }
+        Ok((
+            Self {
+                text: &text[..covered],
+                count,
+            },
+            covered,
+        ))
     }
 
     /// Number of keys (at least one).
@@ -495,6 +576,26 @@ impl Request<'_> {
                     out.extend_from_slice(b" graceful");
                 }
             }
+            Request::Admin(admin) => match admin {
+                Admin::SlabsAutomove(mode) => {
+                    out.extend_from_slice(b"slabs automove ");
+                    write_u64(out, u64::from(*mode));
+                }
+                Admin::SlabsReassign {
+                    source,
+                    destination,
+                } => {
+                    out.extend_from_slice(b"slabs reassign ");
+                    write_i64(out, i64::from(*source));
+                    out.push(b' ');
+                    write_i64(out, i64::from(*destination));
+                }
+                Admin::LruCrawlerRun => out.extend_from_slice(b"lru_crawler crawl all"),
+                Admin::LruCrawlerEnable => out.extend_from_slice(b"lru_crawler enable"),
+                Admin::LruCrawlerDisable => out.extend_from_slice(b"lru_crawler disable"),
+                Admin::LruCrawlerSetting => out.extend_from_slice(b"lru_crawler sleep 0"),
+                Admin::ShutdownInvalidMode => out.extend_from_slice(b"shutdown invalid"),
+            },
             Request::MetaGet { key, flags } => {
                 out.extend_from_slice(b"mg ");
                 out.extend_from_slice(key.wire);

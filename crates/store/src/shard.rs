@@ -688,12 +688,8 @@ impl Shard {
         ctx: &Ctx<'_>,
         f: impl FnOnce(ItemView<'_>) -> R,
     ) -> Option<R> {
-        if let Some(expiry) = opts.touch {
-            if !self.touch(hash, key, expiry, now, ctx) {
-                self.counters.get_misses += 1;
-                return None;
-            }
-        }
+        // A touch is applied after the value is read (as memcached's gat/mg T): a touch to
+        // a past or negative exptime still returns the value once, then the item expires.
         let Some((slot, loc, h)) = self.lookup(hash, key, now) else {
             self.counters.get_misses += 1;
             return None;
@@ -720,19 +716,26 @@ impl Shard {
             self.arena[loc as usize] = new_ctrl;
         }
         let b = loc as usize;
-        Some(f(ItemView {
+        let result = f(ItemView {
             key: &self.arena[b + h.key_offset..b + h.key_offset + h.key_len],
             value: &self.arena[b + h.value_offset()..b + h.total_len],
             flags: h.flags,
             cas: h.cas,
-            expiry: Expiry::at(h.expiry),
+            expiry: opts.touch.unwrap_or(Expiry::at(h.expiry)),
             fetched_before: ctrl & CTRL_FETCHED != 0,
             stale: ctrl & CTRL_STALE != 0,
             won,
             win_token_taken: ctrl & CTRL_WIN != 0,
             slab_last_access_secs: last_access,
             item_bytes: h.total_len,
-        }))
+        });
+        if let Some(expiry) = opts.touch {
+            // The item was just found under this lock, so the touch finds it too (it may only
+            // fail to rewrite a header without an expiry field when memory is exhausted, and
+            // then the item keeps its old expiry, as a failed memcached touch does).
+            self.touch(hash, key, expiry, now, ctx);
+        }
+        Some(result)
     }
 
     pub fn touch(
@@ -1013,15 +1016,43 @@ impl Shard {
 
 /// memcached's rule: the value must be a decimal u64, optionally followed by spaces (memcached
 /// itself pads shrunk counters with spaces).
+/// The number an `incr`/`decr` reads from a stored value, as memcached's `safe_strtoull`
+/// does: leading whitespace (`isspace`: space, `\t`, `\n`, `\v`, `\f`, `\r`), an optional
+/// sign, at least one decimal digit, and then either the end of the value or whitespace
+/// (what follows that is ignored: `"1 2"` reads 1). A `-` is accepted only when the
+/// magnitude is 0, since strtoull negates and memcached refuses a result that went negative.
+/// A value of whitespace only is not a number: memcached's strtoull then runs past the value
+/// into the bytes after it in its slab, which gives no defined answer to copy.
 fn parse_counter(value: &[u8]) -> Option<u64> {
-    let digits_end = value
+    let is_space = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r');
+    let start = value.iter().position(|&b| !is_space(b))?;
+    let mut rest = &value[start..];
+    let negative = match rest.first() {
+        Some(b'-') => {
+            rest = &rest[1..];
+            true
+        }
+        Some(b'+') => {
+            rest = &rest[1..];
+            false
+        }
+        _ => false,
+    };
+    let digits_end = rest
         .iter()
         .position(|b| !b.is_ascii_digit())
-        .unwrap_or(value.len());
-    if digits_end == 0 || value[digits_end..].iter().any(|&b| b != b' ') {
+        .unwrap_or(rest.len());
+    if digits_end == 0 || rest.get(digits_end).is_some_and(|&b| !is_space(b)) {
         return None;
     }
-    std::str::from_utf8(&value[..digits_end]).ok()?.parse().ok()
+    let mut n: u64 = 0;
+    for &d in &rest[..digits_end] {
+        n = n.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+    }
+    if negative && n != 0 {
+        return None;
+    }
+    Some(n)
 }
 
 #[cfg(test)]
@@ -1037,5 +1068,24 @@ mod tests {
         assert_eq!(parse_counter(b""), None);
         assert_eq!(parse_counter(b"-1"), None);
         assert_eq!(parse_counter(b"12a"), None);
+    }
+
+    /// Values memcached 1.6.18 reads as numbers (measured: `set n 0 0 4` `  12`, `incr n 1`
+    /// answers 13), and those it calls non-numeric.
+    #[test]
+    fn counter_parsing_accepts_what_strtoull_accepts() {
+        assert_eq!(parse_counter(b"  12"), Some(12));
+        assert_eq!(parse_counter(b" 12 "), Some(12));
+        assert_eq!(parse_counter(b"\t12"), Some(12));
+        assert_eq!(parse_counter(b"+12"), Some(12));
+        assert_eq!(parse_counter(b"012"), Some(12));
+        assert_eq!(parse_counter(b"1 2"), Some(1));
+        assert_eq!(parse_counter(b"-0"), Some(0));
+        assert_eq!(parse_counter(b"00000000000000000000012"), Some(12));
+        assert_eq!(parse_counter(b"  "), None);
+        assert_eq!(parse_counter(b"+"), None);
+        assert_eq!(parse_counter(b"-12"), None);
+        assert_eq!(parse_counter(b"0x10"), None);
+        assert_eq!(parse_counter(b"99999999999999999999"), None);
     }
 }

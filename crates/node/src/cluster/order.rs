@@ -52,8 +52,10 @@ pub struct Order {
 #[derive(Default)]
 struct State {
     next_seq: u64,
-    /// Parked requests by sequence number.
-    queue: BTreeMap<u64, Parked>,
+    /// Parked requests by sequence number, then by arrival: the parts of one request (a
+    /// multi-key get split by master) share its sequence number.
+    queue: BTreeMap<(u64, u64), Parked>,
+    arrivals: u64,
     /// Key hash → sequence numbers of the parked requests that touch it.
     waiting: HashMap<u64, BTreeSet<u64>>,
     /// Sequence numbers of the parked barriers.
@@ -122,7 +124,7 @@ impl Order {
         let s = self.state.lock();
         let parked_before = match seq {
             None => !s.queue.is_empty() || !s.draining.is_empty() || s.draining_barriers != 0,
-            Some(mine) => s.queue.range(..mine).next().is_some(),
+            Some(mine) => s.queue.range(..(mine, 0)).next().is_some(),
         };
         parked_before || !s.in_flight.is_empty()
     }
@@ -146,7 +148,9 @@ impl Order {
             s.barriers.insert(seq);
         }
         let first = s.queue.is_empty();
-        s.queue.insert(seq, p);
+        s.arrivals += 1;
+        let arrival = s.arrivals;
+        s.queue.insert((seq, arrival), p);
         self.busy.store(true, Ordering::Release);
         first
     }
@@ -297,6 +301,19 @@ mod tests {
         assert_eq!(order, [1, 2, 3]);
         // The oldest may go: nothing parked before it.
         assert!(!o.must_wait(&[7], None, Some(1)));
+    }
+
+    #[test]
+    fn parts_of_one_request_parked_with_its_place_are_all_kept() {
+        let o = Order::default();
+        o.park(parked(&[1, 2], Some(4)));
+        o.park(parked(&[1], Some(4)));
+        o.begin_pass().unwrap();
+        assert_eq!(
+            o.next_batch().unwrap().len(),
+            2,
+            "neither part replaced the other"
+        );
     }
 
     #[test]

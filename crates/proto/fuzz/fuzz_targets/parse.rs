@@ -5,7 +5,7 @@
 //! to bytes that parse back to the same request.
 #![no_main]
 
-use cellcache_proto::{Limits, Parsed, parse};
+use cellcache_proto::{Limits, Parsed, parse, parse_retrieve_rest};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -44,6 +44,39 @@ fuzz_target!(|data: &[u8]| {
                 assert_eq!(parse(&rest[..consumed - 1], &limits), Parsed::Incomplete);
                 rest = &rest[consumed..];
             }
+            Parsed::Partial {
+                consumed,
+                rest: mut batch,
+                ..
+            } => {
+                // A long retrieval line: follow its batches to the line end.
+                assert!(consumed > 0 && consumed <= rest.len());
+                rest = &rest[consumed..];
+                loop {
+                    match parse_retrieve_rest(rest, &batch, &limits) {
+                        Parsed::Partial { consumed, rest: next, .. } => {
+                            assert!(consumed > 0 && consumed <= rest.len());
+                            rest = &rest[consumed..];
+                            batch = next;
+                        }
+                        Parsed::Complete { consumed, .. } => {
+                            assert!(consumed > 0 && consumed <= rest.len());
+                            rest = &rest[consumed..];
+                            break;
+                        }
+                        Parsed::Error(e) => {
+                            assert!(e.consumed > 0 && e.consumed <= rest.len());
+                            rest = &rest[e.consumed..];
+                            if e.skip_line {
+                                let eol = rest.iter().position(|&b| b == b'\n');
+                                rest = &rest[eol.map_or(rest.len(), |i| i + 1)..];
+                            }
+                            break;
+                        }
+                        Parsed::Incomplete => return,
+                    }
+                }
+            }
             Parsed::Incomplete => break,
             Parsed::Error(e) => {
                 assert!(e.consumed > 0 && e.consumed <= rest.len());
@@ -52,6 +85,10 @@ fuzz_target!(|data: &[u8]| {
                 }
                 let mut discard = e.discard();
                 rest = &rest[e.consumed..];
+                if e.skip_line {
+                    let eol = rest.iter().position(|&b| b == b'\n');
+                    rest = &rest[eol.map_or(rest.len(), |i| i + 1)..];
+                }
                 let now = discard.take(rest.len());
                 rest = &rest[now..];
             }
