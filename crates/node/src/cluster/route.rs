@@ -344,14 +344,18 @@ impl Flight {
         Flight(Arc::new(parking_lot::Mutex::new(Some(keys))))
     }
 
-    /// Ends the flight once, whichever of the reply and the watchdog comes first, and
-    /// routes again the requests that waited for it.
-    fn end(&self, cl: &Arc<Cluster>) {
+    /// Ends the flight once, whichever of the reply and the watchdog comes first. After a
+    /// reply (`answered`) the requests that waited for it are routed again at once, in a
+    /// task of their own (a link that is down fails a request inside `forward`, which must
+    /// not route the parked ones from within); after a failure they wait for their timer,
+    /// as the failed request does.
+    fn end(&self, cl: &Arc<Cluster>, answered: bool) {
         let Some(keys) = self.0.lock().take() else {
             return;
         };
-        if cl.order.flight_end(&keys) {
-            route_parked(cl);
+        if cl.order.flight_end(&keys) && answered {
+            let cl = cl.clone();
+            cl.handle.clone().spawn(async move { route_parked(&cl) });
         }
     }
 }
@@ -394,7 +398,7 @@ fn forward(
     cl.handle.spawn(async move {
         tokio::time::sleep_until(give_up.into()).await;
         let expired = watchdog.lock().take();
-        flight2.end(&cl3);
+        flight2.end(&cl3, false);
         if let Some(d) = expired {
             cl3.stats
                 .unavailable
@@ -418,6 +422,7 @@ fn forward(
         FrameKind::ForwardRequest,
         bytes,
         Box::new(move |r| {
+            let answered = matches!(&r, Ok(f) if f.kind == FrameKind::ForwardReply);
             match r {
                 Ok(f) if f.kind == FrameKind::ForwardReply => done(Reply::Bytes(f.payload)),
                 Ok(f) => {
@@ -438,7 +443,7 @@ fn forward(
                 Err(_) => retry_later(&cl2, resend, ctx, quiet, done),
             }
             // Parked first (a retry), released after: nothing for its keys slips between.
-            flight.end(&cl2);
+            flight.end(&cl2, answered);
         }),
     );
 }
