@@ -31,7 +31,9 @@ pub struct ServeArgs {
     /// Memory for items, in megabytes (arena + index, preallocated at start).
     #[arg(short = 'm', long, value_name = "MEGABYTES")]
     pub memory_limit: Option<usize>,
-    /// Largest item (key + value + header), e.g. 1m, 512k; raises the slab size if needed.
+    /// Largest item, as memcached's -I counts it (key + value + 59 bytes, + 4 with client
+    /// flags), e.g. 1m, 512k; at least 1024 [default: store.item_size_max_bytes, 1m]. Raises
+    /// the slab size, the input buffer and the inter-cell frame to hold such an item.
     #[arg(short = 'I', long, value_name = "SIZE", value_parser = parse_size)]
     pub max_item_size: Option<usize>,
     /// Allow the `shutdown` command (memcached -A).
@@ -128,15 +130,7 @@ impl ServeArgs {
                 mb.checked_mul(1 << 20).context("memory limit overflows")?;
         }
         if let Some(item) = self.max_item_size {
-            // As memcached's -I: the whole item (header and key included) fits `item`, and
-            // a slab holds at least one such item.
-            let reserve = cellcache_store::ITEM_HEADER_RESERVE_BYTES;
-            anyhow::ensure!(
-                item > reserve,
-                "-I {item} is below the item header reserve {reserve}"
-            );
-            c.store.item_size_max_bytes = item - reserve;
-            c.store.slab_size_bytes = c.store.slab_size_bytes.max(item);
+            c.set_item_size_max(item)?;
         }
         if self.enable_shutdown {
             c.server.shutdown_command = true;
@@ -230,7 +224,23 @@ fn watch_signals(shutdown: cellcache_io::Shutdown) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_size;
+    use super::*;
+
+    /// `-I` is memcached's item_size_max: the store's limit is exactly that number, and
+    /// everything that must hold such an item grows with it.
+    #[test]
+    fn item_size_max_flag_is_memcacheds_number() {
+        for (flag, bytes) in [("512k", 512 << 10), ("1m", 1 << 20), ("4m", 4 << 20)] {
+            let mut c = NodeConfig::default();
+            c.set_item_size_max(parse_size(flag).unwrap()).unwrap();
+            assert_eq!(c.store.item_size_max_bytes, bytes, "-I {flag}");
+            assert!(c.store.slab_size_bytes >= bytes);
+            c.validate().unwrap_or_else(|e| panic!("-I {flag}: {e}"));
+        }
+        let mut c = NodeConfig::default();
+        let err = c.set_item_size_max(1000).unwrap_err();
+        assert!(err.to_string().contains("less than 1024"), "{err}");
+    }
 
     #[test]
     fn sizes_parse_like_memcached() {

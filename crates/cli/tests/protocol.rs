@@ -277,6 +277,69 @@ fn values_over_item_size_max_are_refused_and_swallowed() {
     c.expect(b"\r\nEND\r\n");
 }
 
+/// `set <key> <flags> 0 <n>` with an `n`-byte value.
+fn set_of(key: &str, flags: u32, n: usize) -> Vec<u8> {
+    let mut req = format!("set {key} {flags} 0 {n}\r\n").into_bytes();
+    req.resize(req.len() + n, b'v');
+    req.extend_from_slice(b"\r\n");
+    req
+}
+
+/// memcached 1.6.18 counts the whole item against `-I`: a value fits when
+/// `key + value + 59` (+ 4 with non-zero flags) is at most item_size_max, and
+/// `stats settings` reports the `-I` value. Measured with a bisecting `set` on
+/// `memcached -I 512k|1m|2m|4m`: 524 228, 1 048 516, 2 097 092, 4 194 244 with
+/// key `k`; 1 048 267 with a 250-byte key.
+#[test]
+fn item_size_max_counts_the_whole_item_as_memcached() {
+    const TOO_LARGE: &[u8] = b"SERVER_ERROR object too large for cache\r\n";
+    for (flag, item) in [("512k", 512 << 10), ("1m", 1 << 20), ("2m", 2 << 20)] {
+        let s = Server::start(&["-m", "64", "-I", flag]);
+        let mut c = s.connect();
+        let largest = item - 1 - 59;
+        c.roundtrip(&set_of("k", 0, largest), b"STORED\r\n");
+        c.roundtrip(b"mg k s\r\n", format!("HD s{largest}\r\n").as_bytes());
+        // One more byte is too large, and the refused set drops the old item.
+        c.roundtrip(&set_of("k", 0, largest + 1), TOO_LARGE);
+        c.roundtrip(b"mg k s\r\n", b"EN\r\n");
+        // Non-zero flags cost 4 bytes.
+        c.roundtrip(&set_of("f", 1, largest - 4), b"STORED\r\n");
+        c.roundtrip(&set_of("f", 1, largest - 3), TOO_LARGE);
+        // The key counts too.
+        let long = "k".repeat(250);
+        c.roundtrip(&set_of(&long, 0, largest + 1 - 250), b"STORED\r\n");
+        c.roundtrip(&set_of(&long, 0, largest + 2 - 250), TOO_LARGE);
+        let settings = c.stats("settings");
+        let reported = settings.iter().find(|(k, _)| k == "item_size_max");
+        assert_eq!(
+            reported.map(|(_, v)| v.as_str()),
+            Some(item.to_string().as_str()),
+            "-I {flag}"
+        );
+    }
+}
+
+/// memcached 1.6.18 answers an append/prepend that would make the item too
+/// large `NOT_STORED` (`NS` for ms) and keeps the item; an ms refused as too
+/// large drops the key's item in every mode.
+#[test]
+fn appending_past_item_size_max_is_not_stored() {
+    let s = server();
+    let mut c = s.connect();
+    let largest = (1 << 20) - 1 - 59;
+    c.roundtrip(&set_of("a", 0, largest), b"STORED\r\n");
+    c.roundtrip(b"append a 0 0 1\r\nx\r\n", b"NOT_STORED\r\n");
+    c.roundtrip(b"prepend a 0 0 1\r\nx\r\n", b"NOT_STORED\r\n");
+    c.roundtrip(b"ms a 1 MA\r\nx\r\n", b"NS\r\n");
+    c.roundtrip(b"ms a 1 MP\r\nx\r\n", b"NS\r\n");
+    c.roundtrip(b"mg a s\r\n", format!("HD s{largest}\r\n").as_bytes());
+    c.roundtrip(b"set b 0 0 1\r\ny\r\n", b"STORED\r\n");
+    let mut req = format!("ms b {} MA\r\n", largest + 1).into_bytes();
+    req.resize(req.len() + largest + 1, b'v');
+    req.extend_from_slice(b"\r\nmg b v\r\n");
+    c.roundtrip(&req, b"SERVER_ERROR object too large for cache\r\nEN\r\n");
+}
+
 #[test]
 fn pipelined_requests_answered_in_order_even_when_split_byte_by_byte() {
     let s = server();

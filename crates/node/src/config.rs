@@ -293,8 +293,12 @@ impl NodeConfig {
         if self.io.input_buffer_max_bytes < limits.frame_bytes_max() {
             return Err(ConfigError::Invalid(format!(
                 "io.input_buffer_max_bytes ({}) must hold the largest request: a command line \
-                 (protocol.line_bytes_max {}) plus a value (store.item_size_max_bytes {})",
-                self.io.input_buffer_max_bytes, limits.line_bytes_max, limits.value_bytes_max
+                 (protocol.line_bytes_max {}) plus a value ({} bytes, from \
+                 store.item_size_max_bytes {})",
+                self.io.input_buffer_max_bytes,
+                limits.line_bytes_max,
+                limits.value_bytes_max(),
+                limits.item_size_max
             )));
         }
         let c = &self.cluster;
@@ -351,12 +355,34 @@ impl NodeConfig {
         Ok(())
     }
 
+    /// memcached's `-I`: items up to `item` bytes as memcached counts them. Whatever must hold
+    /// one such item grows with it (a slab, a connection's input buffer, an inter-cell
+    /// frame), so `-I 4m` alone starts, as it does on memcached.
+    pub fn set_item_size_max(&mut self, item: usize) -> Result<(), ConfigError> {
+        if item < cellcache_store::ITEM_SIZE_MAX_MIN_BYTES {
+            return Err(ConfigError::Invalid(format!(
+                "-I {item}: Item max size cannot be less than 1024 bytes (as memcached)"
+            )));
+        }
+        self.store.item_size_max_bytes = item;
+        self.store.slab_size_bytes = self.store.slab_size_bytes.max(item);
+        let frame = self.protocol_limits().frame_bytes_max();
+        self.io.input_buffer_max_bytes = self.io.input_buffer_max_bytes.max(frame);
+        let record = item + cellcache_cluster::wire::payload::KEY_BYTES_MAX + 64;
+        let record = u32::try_from(record).map_err(|_| {
+            ConfigError::Invalid(format!("-I {item}: too large for an inter-cell frame"))
+        })?;
+        let wire = &mut self.cluster.wire.frame_payload_bytes_max;
+        *wire = (*wire).max(record);
+        Ok(())
+    }
+
     /// The parser's limits, derived from the protocol and store sections.
     pub fn protocol_limits(&self) -> cellcache_proto::Limits {
         cellcache_proto::Limits {
             key_bytes_max: self.protocol.key_bytes_max,
             line_bytes_max: self.protocol.line_bytes_max,
-            value_bytes_max: self.store.item_size_max_bytes,
+            item_size_max: self.store.item_size_max_bytes,
             keys_per_get_max: self.protocol.keys_per_get_max,
         }
     }
@@ -389,6 +415,32 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The parser refuses an oversized item before reading it and the store checks again
+    /// (append, incr, replication): both must count an item as memcached does.
+    #[test]
+    fn parser_and_store_count_item_sizes_alike() {
+        use cellcache_proto::limits as proto;
+        assert_eq!(
+            proto::ITEM_OVERHEAD_BYTES,
+            cellcache_store::ITEM_OVERHEAD_BYTES
+        );
+        assert_eq!(proto::ITEM_FLAGS_BYTES, cellcache_store::ITEM_FLAGS_BYTES);
+        let c = NodeConfig::default();
+        let limits = c.protocol_limits();
+        assert_eq!(limits.item_size_max, 1 << 20);
+        for (key, value, flags) in [(1, 1_048_516, 0), (1, 1_048_517, 0), (250, 1_048_267, 0)]
+            .into_iter()
+            .chain([(1, 1_048_512, 7), (1, 1_048_513, 7), (250, 1_048_268, 0)])
+        {
+            assert_eq!(
+                limits.item_fits(key, value, flags),
+                c.store.item_fits(key, value, flags),
+                "{key} {value} {flags}"
+            );
+        }
+        assert_eq!(limits.value_bytes_max(), c.store.value_bytes_max());
     }
 
     #[test]

@@ -398,11 +398,14 @@ impl Session for Conn {
                         self.queue.push_back(Pending::Ready(tmp));
                     }
                     if let Some(key) = e.failed_set_key {
-                        // memcached drops the old value when a set is refused as too
-                        // large, so a reader never sees the value the client replaced.
-                        self.cell
-                            .store
-                            .delete(key, now, cellcache_store::DeleteOptions::default());
+                        // memcached drops the old value when a set or ms is refused as
+                        // too large, so a reader never sees the value the client replaced.
+                        let mut buf = [0; cellcache_proto::token::BINARY_KEY_BYTES_MAX];
+                        self.cell.store.delete(
+                            key.binary(&mut buf),
+                            now,
+                            cellcache_store::DeleteOptions::default(),
+                        );
                     }
                     p.consumed += e.consumed;
                     self.discard = e.discard();

@@ -235,7 +235,7 @@ fn store(cell: &Cell, s: &StoreCmd<'_>, now: u32, out: &mut Vec<u8>, counters: &
         new_cas: None,
         invalidate: false,
     };
-    let reply: &[u8] = match cell.store.write(&req, now) {
+    let reply: &[u8] = match appended_too_large_is_not_stored(cell.store.write(&req, now), mode) {
         Ok(WriteOutcome::Stored { .. }) => {
             if compare_cas.is_some() {
                 counters.cas_hits += 1;
@@ -254,6 +254,21 @@ fn store(cell: &Cell, s: &StoreCmd<'_>, now: u32, out: &mut Vec<u8>, counters: &
         Err(e) => store_error_line(e, counters),
     };
     reply_unless(s.noreply, out, reply);
+}
+
+/// memcached answers an append/prepend whose result would be too large `NOT_STORED` (its
+/// allocation of the combined item fails inside the store step), not `SERVER_ERROR`; the
+/// existing item stays.
+pub(crate) fn appended_too_large_is_not_stored(
+    result: Result<WriteOutcome, StoreError>,
+    mode: WriteMode,
+) -> Result<WriteOutcome, StoreError> {
+    match (result, mode) {
+        (Err(StoreError::TooLarge { .. }), WriteMode::Append | WriteMode::Prepend) => {
+            Ok(WriteOutcome::NotStored)
+        }
+        (result, _) => result,
+    }
 }
 
 /// The `SERVER_ERROR` line memcached sends for a store failure.

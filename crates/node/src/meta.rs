@@ -222,6 +222,7 @@ fn meta_set(
         };
         result = cell.store.write(&create, now);
     }
+    let result = crate::local::appended_too_large_is_not_stored(result, mode);
     let mut f = base_flags(key, &flags.returns);
     let status = match result {
         Ok(WriteOutcome::Stored { cas }) => {

@@ -582,7 +582,9 @@ impl Shard {
         }
     }
 
-    fn check_value(&self, len: usize) -> Result<(), StoreError> {
+    /// memcached's size check: the whole item, counted as memcached counts it.
+    fn check_size(&self, key_len: usize, value_len: usize, flags: u32) -> Result<(), StoreError> {
+        let len = crate::config::item_size_bytes(key_len, value_len, flags);
         if len > self.item_size_max {
             Err(StoreError::TooLarge {
                 len,
@@ -616,7 +618,7 @@ impl Shard {
         ctx: &Ctx<'_>,
     ) -> Result<WriteOutcome, StoreError> {
         Self::check_key(req.key)?;
-        self.check_value(req.value.len())?;
+        self.check_size(req.key.len(), req.value.len(), req.flags)?;
         let existing = self.lookup(hash, req.key, now);
         let present = existing.is_some();
         match req.mode {
@@ -644,7 +646,7 @@ impl Shard {
         let loc = match (req.mode, existing) {
             (WriteMode::Append | WriteMode::Prepend, Some((_, loc, h))) => {
                 let total = h.value_len + req.value.len();
-                self.check_value(total)?;
+                self.check_size(req.key.len(), total, h.flags)?;
                 // The old value must be copied out first: making room may evict or compact it.
                 let mut buf = std::mem::take(&mut self.scratch);
                 buf.clear();
@@ -840,7 +842,7 @@ impl Shard {
         if digits.len() < value.len() {
             digits.resize(value.len(), b' ');
         }
-        self.check_value(digits.len())?;
+        self.check_size(key.len(), digits.len(), h.flags)?;
         let cas = ctx.cas_for(req.new_cas);
         let loc = self.store_item(
             hash,
@@ -954,7 +956,7 @@ impl Shard {
         ctx: &Ctx<'_>,
     ) -> Result<(), StoreError> {
         Self::check_key(&item.key)?;
-        self.check_value(item.value.len())?;
+        self.check_size(item.key.len(), item.value.len(), item.flags)?;
         ctx.cas_for(Some(item.cas));
         let state = if item.stale { CTRL_STALE } else { 0 };
         let loc = self.store_item(
