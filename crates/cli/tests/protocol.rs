@@ -821,3 +821,101 @@ fn serve_refuses_zero_threads_and_accepts_a_backlog() {
     let mut c = s.connect();
     c.roundtrip(b"set k 0 0 1\r\nv\r\n", b"STORED\r\n");
 }
+
+/// `-F`: memcached 1.6.18 refuses every `flush_all` with `CLIENT_ERROR flush_all not
+/// allowed` (nothing with `noreply`) and keeps the items.
+#[test]
+fn flush_all_is_refused_with_dash_f() {
+    let s = Server::start(&["-m", "64", "-F"]);
+    let mut c = s.connect();
+    let steps: &[(&[u8], &[u8])] = &[
+        (b"set a 0 0 1\r\n1\r\n", b"STORED\r\n"),
+        (b"flush_all\r\n", b"CLIENT_ERROR flush_all not allowed\r\n"),
+        (
+            b"flush_all 0\r\n",
+            b"CLIENT_ERROR flush_all not allowed\r\n",
+        ),
+        (b"flush_all noreply\r\nmn\r\n", b"MN\r\n"),
+        (b"get a\r\n", b"VALUE a 0 1\r\n1\r\nEND\r\n"),
+    ];
+    for (req, want) in steps {
+        c.roundtrip(req, want);
+    }
+    assert_eq!(c.stat_of("settings", "flush_enabled"), "no");
+}
+
+/// `-C`: memcached 1.6.18 keeps no CAS. Every CAS it reports is 0; the storage commands'
+/// compare (`cas`, `ms C`) never matches an existing item; `md C` / `ma C` compare with 0;
+/// `ms E` is an invalid flag.
+#[test]
+fn no_cas_with_dash_c() {
+    let s = Server::start(&["-m", "64", "-C"]);
+    let mut c = s.connect();
+    let steps: &[(&[u8], &[u8])] = &[
+        (b"set a 0 0 1\r\n1\r\n", b"STORED\r\n"),
+        (b"gets a\r\n", b"VALUE a 0 1 0\r\n1\r\nEND\r\n"),
+        (b"gats 0 a\r\n", b"VALUE a 0 1 0\r\n1\r\nEND\r\n"),
+        (b"mg a c v\r\n", b"VA 1 c0\r\n1\r\n"),
+        (b"cas a 0 0 1 0\r\n2\r\n", b"EXISTS\r\n"),
+        (b"cas a 0 0 1 1\r\n2\r\n", b"EXISTS\r\n"),
+        (b"cas zz 0 0 1 0\r\n2\r\n", b"NOT_FOUND\r\n"),
+        (b"ms a 1 C0\r\n2\r\n", b"EX\r\n"),
+        (b"ms a 1 C1 I\r\n2\r\n", b"EX\r\n"),
+        (b"ms a 1 c\r\n3\r\n", b"HD c0\r\n"),
+        (b"ms a 1 E5\r\n4\r\n", b"CLIENT_ERROR invalid flag\r\n"),
+        (b"mg a v\r\n", b"VA 1\r\n3\r\n"),
+        (b"ma n N0 c\r\n", b"HD c0\r\n"),
+        (b"ma n C1\r\n", b"EX\r\n"),
+        (b"ma n C0\r\n", b"HD\r\n"),
+        (b"md a C1\r\n", b"EX\r\n"),
+        (b"md a C0\r\n", b"HD\r\n"),
+        (b"md zz C0\r\n", b"NF\r\n"),
+    ];
+    for (req, want) in steps {
+        c.roundtrip(req, want);
+    }
+    assert_eq!(c.stat_of("settings", "cas_enabled"), "no");
+}
+
+/// `-M`: memcached answers `SERVER_ERROR out of memory storing object` when full instead of
+/// evicting, and the items already stored stay.
+#[test]
+fn out_of_memory_instead_of_evicting_with_dash_m() {
+    let s = Server::start(&["-m", "8", "-M"]);
+    let mut c = s.connect();
+    let value = vec![b'v'; 100 * 1024];
+    let mut stored = 0;
+    loop {
+        assert!(stored < 2000, "8 MB never filled with 100 KB values");
+        let mut req = format!("set k{stored} 0 0 {}\r\n", value.len()).into_bytes();
+        req.extend_from_slice(&value);
+        req.extend_from_slice(b"\r\n");
+        c.send(&req);
+        match c.line().as_str() {
+            "STORED" => stored += 1,
+            "SERVER_ERROR out of memory storing object" => break,
+            other => panic!("set k{stored}: {other}"),
+        }
+    }
+    assert!(stored > 10, "only {stored} values fit");
+    for i in [0, stored / 2, stored - 1] {
+        c.send(format!("mg k{i} s\r\n").as_bytes());
+        assert_eq!(c.line(), format!("HD s{}", value.len()), "k{i} was evicted");
+    }
+    assert_eq!(c.stat("evictions"), "0");
+    assert_eq!(c.stat_of("settings", "evictions"), "off");
+}
+
+/// `-B ascii`: memcached reads a binary request's bytes as text (no reply until a line end,
+/// then `ERROR`) and the connection stays usable; cellcache (text only) does the same.
+#[test]
+fn binary_magic_is_read_as_text_with_dash_b_ascii() {
+    let s = Server::start(&["-m", "64", "-B", "ascii"]);
+    let mut c = s.connect();
+    let mut version_request = vec![0x80, 0x0b];
+    version_request.resize(24, 0);
+    c.send(&version_request);
+    c.roundtrip(b"version\r\n", b"ERROR\r\n");
+    c.roundtrip(b"set a 0 0 1\r\n1\r\n", b"STORED\r\n");
+    assert_eq!(c.stat_of("settings", "binding_protocol"), "ascii");
+}

@@ -129,6 +129,14 @@ impl Conn {
             );
             return Flow::Continue;
         }
+        if let Request::FlushAll { noreply, .. } = request {
+            // -F, decided where the client's request enters, before a ring broadcasts it.
+            let mut refusal = Vec::new();
+            if !crate::local::flush_allowed(&self.cell, *noreply, &mut refusal) {
+                self.reply_bytes(refusal, output);
+                return Flow::Continue;
+            }
+        }
         let bytes = bytes.to_vec();
         let direct = self.queue.is_empty();
         let mut tmp = Vec::new();

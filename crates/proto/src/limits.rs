@@ -19,6 +19,8 @@ pub const ITEM_SIZE_MAX_DEFAULT: usize = 1024 * 1024;
 pub const ITEM_OVERHEAD_BYTES: usize = 59;
 /// Extra bytes memcached counts for non-zero client flags.
 pub const ITEM_FLAGS_BYTES: usize = 4;
+/// Bytes of [`ITEM_OVERHEAD_BYTES`] that hold the CAS; memcached `-C` drops them.
+pub const ITEM_CAS_BYTES: usize = 8;
 /// Keys executed per batch of a `get`/`gets`/`gat`/`gats` line (a line may
 /// hold any number of keys, as in memcached; see [`crate::Parsed::Partial`]).
 pub const KEYS_PER_GET_MAX_DEFAULT: usize = 256;
@@ -52,6 +54,9 @@ pub struct Limits {
     /// does not fit gets `SERVER_ERROR object too large for cache` and its data
     /// is swallowed. Replies are bounded by [`Limits::value_bytes_max`].
     pub item_size_max: usize,
+    /// Items carry a CAS in memcached's accounting (default true; memcached
+    /// `-C` turns it off and items count [`ITEM_CAS_BYTES`] less).
+    pub cas_enabled: bool,
     /// Most keys per batch of a multi-key retrieval (default 256): a line
     /// with more is answered batch by batch, with `END` after the last.
     pub keys_per_get_max: usize,
@@ -63,6 +68,7 @@ impl Default for Limits {
             key_bytes_max: KEY_BYTES_MAX_DEFAULT,
             line_bytes_max: LINE_BYTES_MAX_DEFAULT,
             item_size_max: ITEM_SIZE_MAX_DEFAULT,
+            cas_enabled: true,
             keys_per_get_max: KEYS_PER_GET_MAX_DEFAULT,
         }
     }
@@ -114,18 +120,25 @@ impl Limits {
     /// Whether an item with this key length, value length and client flags is
     /// within `item_size_max`, as memcached 1.6 decides it:
     /// `key + value + 59 (+ 4 when flags != 0) <= item_size_max`.
+    /// `key + value + 59 (+ 4 when flags != 0, - 8 without CAS) <= item_size_max`.
     pub fn item_fits(&self, key_len: usize, value_len: usize, flags: u32) -> bool {
-        let flags_bytes = if flags != 0 { ITEM_FLAGS_BYTES } else { 0 };
         key_len
             .saturating_add(value_len)
-            .saturating_add(ITEM_OVERHEAD_BYTES + flags_bytes)
+            .saturating_add(self.item_overhead_bytes(flags))
             <= self.item_size_max
+    }
+
+    fn item_overhead_bytes(&self, flags: u32) -> usize {
+        let flags_bytes = if flags != 0 { ITEM_FLAGS_BYTES } else { 0 };
+        let cas_saved = if self.cas_enabled { 0 } else { ITEM_CAS_BYTES };
+        ITEM_OVERHEAD_BYTES + flags_bytes - cas_saved
     }
 
     /// Largest value any item can hold (a 1-byte key, flags 0); bounds the
     /// values of replies.
     pub fn value_bytes_max(&self) -> usize {
-        self.item_size_max.saturating_sub(ITEM_OVERHEAD_BYTES + 1)
+        self.item_size_max
+            .saturating_sub(self.item_overhead_bytes(0) + 1)
     }
 
     /// Largest frame (line plus data block) a request can occupy; the

@@ -25,6 +25,7 @@ fn limits() -> Limits {
         // 4 for flags.
         item_size_max: 64 + 24 + limits::ITEM_OVERHEAD_BYTES + limits::ITEM_FLAGS_BYTES,
         keys_per_get_max: 4,
+        cas_enabled: true,
     };
     limits.validate().expect("test limits are valid");
     limits

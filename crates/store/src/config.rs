@@ -60,6 +60,16 @@ pub struct StoreConfig {
     /// `slab_size_bytes` (an item is never split across slabs) and at least 1024 (memcached's
     /// floor). Default 1 MiB, memcached's default.
     pub item_size_max_bytes: usize,
+    /// Evict to make room (memcached's default). Off (memcached `-M`): a write that finds no
+    /// free space, after reclaiming dead and expired space by compaction, fails with
+    /// [`crate::StoreError::OutOfMemory`] (`SERVER_ERROR out of memory storing object`)
+    /// instead of clearing a slab or an index slot of live items. Default on.
+    pub evictions: bool,
+    /// Items carry a CAS unique in memcached's accounting (memcached `-C` turns it off: each
+    /// item counts [`ITEM_CAS_BYTES`] less against `item_size_max_bytes`). cellcache keeps a
+    /// CAS per item either way (replication orders versions by it); the protocol layer hides
+    /// it when this is off. Default on.
+    pub cas_enabled: bool,
     /// Layout of shards. Default shared.
     pub layout: Layout,
     /// Eviction policy. Default slab LRU.
@@ -84,6 +94,9 @@ pub struct StoreConfig {
 pub const ITEM_OVERHEAD_BYTES: usize = 59;
 /// Extra bytes memcached counts when an item's client flags are not 0.
 pub const ITEM_FLAGS_BYTES: usize = 4;
+/// Bytes of [`ITEM_OVERHEAD_BYTES`] that are the CAS field, which memcached `-C` drops
+/// (measured: `-C -I 1m` takes 1 048 524 with a 1-byte key).
+pub const ITEM_CAS_BYTES: usize = 8;
 /// Smallest `item_size_max_bytes` accepted (memcached: "Item max size cannot be less than
 /// 1024 bytes").
 pub const ITEM_SIZE_MAX_MIN_BYTES: usize = 1024;
@@ -93,12 +106,14 @@ pub const ITEM_SIZE_MAX_MIN_BYTES: usize = 1024;
 const _: () = assert!(crate::item::HEADER_BYTES_MAX <= ITEM_OVERHEAD_BYTES);
 
 /// The size memcached 1.6 accounts to an item against `item_size_max` (its `-I`):
-/// key + value + [`ITEM_OVERHEAD_BYTES`], + [`ITEM_FLAGS_BYTES`] when `flags` ≠ 0.
-pub fn item_size_bytes(key_len: usize, value_len: usize, flags: u32) -> usize {
+/// key + value + [`ITEM_OVERHEAD_BYTES`], + [`ITEM_FLAGS_BYTES`] when `flags` ≠ 0,
+/// − [`ITEM_CAS_BYTES`] without CAS (`-C`).
+pub fn item_size_bytes(key_len: usize, value_len: usize, flags: u32, cas: bool) -> usize {
     let flags_bytes = if flags != 0 { ITEM_FLAGS_BYTES } else { 0 };
+    let cas_saved = if cas { 0 } else { ITEM_CAS_BYTES };
     key_len
         .saturating_add(value_len)
-        .saturating_add(ITEM_OVERHEAD_BYTES + flags_bytes)
+        .saturating_add(ITEM_OVERHEAD_BYTES + flags_bytes - cas_saved)
 }
 
 /// Smallest slab accepted.
@@ -117,6 +132,8 @@ impl Default for StoreConfig {
             memory_limit_bytes: 64 << 20,
             slab_size_bytes: 1 << 20,
             item_size_max_bytes: 1 << 20,
+            evictions: true,
+            cas_enabled: true,
             layout: Layout::Shared,
             eviction: EvictionPolicyKind::SlabLru,
             index_item_bytes_expected: 120,
@@ -242,12 +259,12 @@ impl StoreConfig {
     /// Whether an item of this key, value and flags is within `item_size_max_bytes`, as
     /// memcached decides it ([`item_size_bytes`]).
     pub fn item_fits(&self, key_len: usize, value_len: usize, flags: u32) -> bool {
-        item_size_bytes(key_len, value_len, flags) <= self.item_size_max_bytes
+        item_size_bytes(key_len, value_len, flags, self.cas_enabled) <= self.item_size_max_bytes
     }
 
     /// Largest value an item can hold (1-byte key, flags 0).
     pub fn value_bytes_max(&self) -> usize {
-        self.item_size_max_bytes
-            .saturating_sub(ITEM_OVERHEAD_BYTES + 1)
+        let overhead = item_size_bytes(1, 0, 0, self.cas_enabled);
+        self.item_size_max_bytes.saturating_sub(overhead)
     }
 }

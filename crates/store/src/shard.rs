@@ -118,6 +118,10 @@ pub(crate) struct Shard {
     index: Index,
     policy: Box<dyn EvictionPolicy>,
     item_size_max: usize,
+    /// memcached's item accounting counts a CAS field (not under `-C`).
+    cas_counted: bool,
+    /// Off (memcached `-M`): fail writes instead of evicting live items.
+    evictions: bool,
     compaction_dead_permille: u32,
     compaction_queue: VecDeque<SlabId>,
     scratch: Vec<u8>,
@@ -151,6 +155,8 @@ impl Shard {
             index: Index::new(sizing.index_buckets, c.index_kicks_max),
             policy,
             item_size_max: c.item_size_max_bytes,
+            cas_counted: c.cas_enabled,
+            evictions: c.evictions,
             compaction_dead_permille: c.compaction_dead_permille,
             compaction_queue: VecDeque::with_capacity(slab_count),
             scratch: Vec::new(),
@@ -485,6 +491,10 @@ impl Shard {
             if self.compact_one(now) {
                 continue;
             }
+            if !self.evictions {
+                // memcached -M: dead and expired space was reclaimed above; live items stay.
+                break;
+            }
             let view = LiveView(&self.slabs.meta);
             let Some(victim) = self.policy.victim(&view, None) else {
                 break;
@@ -555,6 +565,10 @@ impl Shard {
                         } else {
                             Unlink::Evicted
                         };
+                        if why == Unlink::Evicted && !self.evictions {
+                            self.kill(loc, len);
+                            return Err(StoreError::OutOfMemory);
+                        }
                         self.unlink(slot, l, &h, why);
                         self.counters.index_full_evictions += 1;
                         self.index.insert(p, loc).is_ok()
@@ -584,7 +598,7 @@ impl Shard {
 
     /// memcached's size check: the whole item, counted as memcached counts it.
     fn check_size(&self, key_len: usize, value_len: usize, flags: u32) -> Result<(), StoreError> {
-        let len = crate::config::item_size_bytes(key_len, value_len, flags);
+        let len = crate::config::item_size_bytes(key_len, value_len, flags, self.cas_counted);
         if len > self.item_size_max {
             Err(StoreError::TooLarge {
                 len,

@@ -262,7 +262,7 @@ fn run(config: StoreConfig, ops: Vec<Op>, may_evict: bool) -> Result<(), TestCas
                     continue;
                 }
                 if let (WriteMode::Append | WriteMode::Prepend, Some(p)) = (mode, &present) {
-                    let len = item_size_bytes(kb.len(), p.value.len() + v.len(), p.flags);
+                    let len = item_size_bytes(kb.len(), p.value.len() + v.len(), p.flags, true);
                     if len > item_size_max {
                         prop_assert_eq!(
                             r,

@@ -1059,3 +1059,57 @@ fn a_range_flush_drops_only_its_range_and_is_reported_once_with_it() {
         b.iter().map(|i| &i.key).collect::<Vec<_>>()
     );
 }
+
+/// memcached -M: with evictions off a full store refuses writes (`OutOfMemory`) and keeps
+/// every live item; deleting frees room again.
+#[test]
+fn without_evictions_a_full_store_refuses_writes_and_keeps_items() {
+    let s = Store::new(StoreConfig {
+        evictions: false,
+        ..small_config()
+    })
+    .unwrap();
+    let value = vec![3u8; 1000];
+    let mut stored = 0u32;
+    let refused = loop {
+        assert!(stored < 10_000, "a 256 KiB store never filled");
+        let key = format!("k{stored}");
+        match s.write(&WriteRequest::set(key.as_bytes(), &value), NOW) {
+            Ok(WriteOutcome::Stored { .. }) => stored += 1,
+            Err(e) => break e,
+            Ok(other) => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(refused, StoreError::OutOfMemory);
+    assert_eq!((s.stats().evicted_items, s.stats().evicted_slabs), (0, 0));
+    for i in 0..stored {
+        assert!(
+            get(&s, format!("k{i}").as_bytes(), NOW).is_some(),
+            "k{i} lost"
+        );
+    }
+    // Deleted space is reclaimed (compaction), never live items.
+    for i in 0..stored / 2 {
+        s.delete(format!("k{i}").as_bytes(), NOW, DeleteOptions::default());
+    }
+    set(&s, b"again", &value);
+    s.check_invariants();
+}
+
+/// memcached -C: items count 8 bytes less (no CAS field) against item_size_max.
+#[test]
+fn without_cas_items_count_eight_bytes_less() {
+    let s = Store::new(StoreConfig {
+        cas_enabled: false,
+        ..small_config()
+    })
+    .unwrap();
+    let max = s.config().item_size_max_bytes;
+    let value_max = max - 1 - ITEM_OVERHEAD_BYTES + ITEM_CAS_BYTES;
+    assert_eq!(s.config().value_bytes_max(), value_max);
+    set(&s, b"k", &vec![1u8; value_max]);
+    assert!(matches!(
+        s.write(&WriteRequest::set(b"k", &vec![1u8; value_max + 1]), NOW),
+        Err(StoreError::TooLarge { .. })
+    ));
+}

@@ -335,10 +335,15 @@ impl Client {
     }
 
     pub fn stat(&mut self, name: &str) -> String {
-        self.stats("")
+        self.stat_of("", name)
+    }
+
+    /// One field of `stats <group>`.
+    pub fn stat_of(&mut self, group: &str, name: &str) -> String {
+        self.stats(group)
             .into_iter()
             .find(|(k, _)| k == name)
-            .unwrap_or_else(|| panic!("no stat {name}"))
+            .unwrap_or_else(|| panic!("no stat {name} in stats {group}"))
             .1
     }
 }

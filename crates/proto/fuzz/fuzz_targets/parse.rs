@@ -19,6 +19,7 @@ fuzz_target!(|data: &[u8]| {
             line_bytes_max: 256,
             item_size_max: 128 + cellcache_proto::limits::ITEM_OVERHEAD_BYTES + 1,
             keys_per_get_max: 4,
+            cas_enabled: true,
         }
     };
     let mut rest = data;
