@@ -1,7 +1,7 @@
 //! `cellcache serve`: flags (memcached's short forms beside long ones), logging, signals.
 
 use anyhow::Context;
-use cellcache_node::config::{IoEngineKind, LogFormat, NodeConfig};
+use cellcache_node::config::{BindingProtocol, IoEngineKind, LogFormat, NodeConfig};
 use std::net::IpAddr;
 use std::path::PathBuf;
 
@@ -31,12 +31,42 @@ pub struct ServeArgs {
     /// Memory for items, in megabytes (arena + index, preallocated at start).
     #[arg(short = 'm', long, value_name = "MEGABYTES")]
     pub memory_limit: Option<usize>,
-    /// Largest item (key + value + header), e.g. 1m, 512k; raises the slab size if needed.
+    /// Largest item, as memcached's -I counts it (key + value + 59 bytes, + 4 with client
+    /// flags), e.g. 1m, 512k; at least 1024 [default: store.item_size_max_bytes, 1m]. Raises
+    /// the slab size, the input buffer and the inter-cell frame to hold such an item.
     #[arg(short = 'I', long, value_name = "SIZE", value_parser = parse_size)]
     pub max_item_size: Option<usize>,
-    /// Allow the `shutdown` command (memcached -A).
+    /// Allow the `shutdown` command (memcached -A) [default: off; TOML: server.shutdown_command].
     #[arg(short = 'A', long)]
     pub enable_shutdown: bool,
+    /// Refuse `flush_all` with "CLIENT_ERROR flush_all not allowed" (memcached -F)
+    /// [default: flush allowed; TOML: server.flush_enabled].
+    #[arg(short = 'F', long)]
+    pub disable_flush_all: bool,
+    /// Answer "SERVER_ERROR out of memory storing object" instead of evicting (memcached -M)
+    /// [default: evict; TOML: store.evictions].
+    #[arg(short = 'M', long)]
+    pub disable_evictions: bool,
+    /// No CAS (memcached -C): gets/mg report CAS 0, cas and ms C never match, items count
+    /// 8 bytes less against -I [default: CAS on; TOML: store.cas_enabled].
+    #[arg(short = 'C', long)]
+    pub disable_cas: bool,
+    /// Requests per event (memcached -R): accepted (> 0) and ignored — cellcache bounds a
+    /// connection's turn by its output (io.output_buffer_high_bytes) instead.
+    #[arg(short = 'R', long, value_name = "N")]
+    pub max_reqs_per_event: Option<u32>,
+    /// Protocol: auto, ascii or binary (memcached -B); this build speaks ascii, so binary is
+    /// refused [default: auto; TOML: server.binding_protocol].
+    #[arg(short = 'B', long, value_name = "PROTOCOL")]
+    pub protocol: Option<BindingProtocol>,
+    /// memcached's extended options, comma-separated, repeatable (-o idle_timeout=10,modern).
+    /// Applied: idle_timeout=N (io.idle_timeout_secs); modern, no_modern and maxconns_fast
+    /// (already how cellcache behaves). Accepted, checked as memcached checks them, and
+    /// ignored (one log line names them): hashpower, slab_reassign, slab_automove,
+    /// lru_crawler, lru_maintainer, tail_repair_time, hash_algorithm, *_logbuf_size, and the
+    /// other LRU/slab tunables. Unknown ones are refused ("Illegal suboption").
+    #[arg(short = 'o', long = "extended", value_name = "OPTIONS")]
+    pub extended: Vec<String>,
     /// I/O engine: auto (io_uring if the kernel allows it, else epoll), epoll, uring, threads.
     #[arg(long, value_name = "ENGINE")]
     pub io_engine: Option<IoEngineKind>,
@@ -98,6 +128,12 @@ fn parse_log_format(s: &str) -> Result<LogFormat, String> {
 impl ServeArgs {
     /// Defaults < file < environment < these flags.
     pub fn resolve(&self) -> anyhow::Result<NodeConfig> {
+        Ok(self.resolve_with_notes()?.0)
+    }
+
+    /// [`ServeArgs::resolve`], plus the memcached options accepted but ignored (to log).
+    pub fn resolve_with_notes(&self) -> anyhow::Result<(NodeConfig, Vec<String>)> {
+        let mut ignored = Vec::new();
         let mut c = NodeConfig::load(self.config.as_deref()).context("loading configuration")?;
         if let Some(v) = self.listen {
             c.server.listen = v;
@@ -128,18 +164,32 @@ impl ServeArgs {
                 mb.checked_mul(1 << 20).context("memory limit overflows")?;
         }
         if let Some(item) = self.max_item_size {
-            // As memcached's -I: the whole item (header and key included) fits `item`, and
-            // a slab holds at least one such item.
-            let reserve = cellcache_store::ITEM_HEADER_RESERVE_BYTES;
-            anyhow::ensure!(
-                item > reserve,
-                "-I {item} is below the item header reserve {reserve}"
-            );
-            c.store.item_size_max_bytes = item - reserve;
-            c.store.slab_size_bytes = c.store.slab_size_bytes.max(item);
+            c.set_item_size_max(item)?;
         }
         if self.enable_shutdown {
             c.server.shutdown_command = true;
+        }
+        if self.disable_flush_all {
+            c.server.flush_enabled = false;
+        }
+        if self.disable_evictions {
+            c.store.evictions = false;
+        }
+        if self.disable_cas {
+            c.store.cas_enabled = false;
+        }
+        if let Some(n) = self.max_reqs_per_event {
+            anyhow::ensure!(
+                n > 0,
+                "-R 0: Number of requests per event must be greater than 0 (as memcached)"
+            );
+            ignored.push(format!("-R {n}"));
+        }
+        if let Some(p) = self.protocol {
+            c.server.binding_protocol = p;
+        }
+        for spec in &self.extended {
+            apply_extended(&mut c, spec, &mut ignored)?;
         }
         if let Some(v) = self.idle_timeout {
             c.io.idle_timeout_secs = v;
@@ -171,13 +221,107 @@ impl ServeArgs {
             _ => c.log.level = "trace".into(),
         }
         c.validate()?;
-        Ok(c)
+        Ok((c, ignored))
     }
 }
 
+/// Extended options (`-o`) that apply to cellcache as they are: `modern`/`no_modern` change
+/// nothing in memcached 1.6.18 either, and `maxconns_fast` (answer and close a client past
+/// the connection limit) is what cellcache always does.
+const EXTENDED_AS_IS: &[&str] = &["modern", "no_modern", "maxconns_fast"];
+
+/// memcached 1.6.18's other extended options: accepted (after memcached's own checks, where
+/// it has any) and ignored, because cellcache has no such mechanism (slab classes, LRU
+/// segments and crawler, a growing hash table, a log watcher) or does it differently.
+const EXTENDED_IGNORED: &[&str] = &[
+    "no_maxconns_fast",
+    "hashpower",
+    "no_hashexpand",
+    "hash_algorithm",
+    "slab_reassign",
+    "no_slab_reassign",
+    "slab_automove",
+    "slab_automove_ratio",
+    "slab_automove_window",
+    "slab_automove_freeratio",
+    "slab_chunk_max",
+    "tail_repair_time",
+    "lru_crawler",
+    "no_lru_crawler",
+    "lru_crawler_sleep",
+    "lru_crawler_tocrawl",
+    "lru_maintainer",
+    "no_lru_maintainer",
+    "lru_segmented",
+    "no_lru_segmented",
+    "hot_lru_pct",
+    "warm_lru_pct",
+    "hot_max_factor",
+    "warm_max_factor",
+    "temporary_ttl",
+    "track_sizes",
+    "watcher_logbuf_size",
+    "worker_logbuf_size",
+    "read_buf_mem_limit",
+    "inline_ascii_response",
+    "no_inline_ascii_response",
+    "drop_privileges",
+    "no_drop_privileges",
+    "sock_cookie_id",
+];
+
+/// Applies one `-o` argument (comma-separated `name[=value]` items) as memcached parses it.
+fn apply_extended(c: &mut NodeConfig, spec: &str, ignored: &mut Vec<String>) -> anyhow::Result<()> {
+    for item in spec.split(',') {
+        let (name, value) = match item.split_once('=') {
+            Some((n, v)) => (n, Some(v)),
+            None => (item, None),
+        };
+        let number = || -> anyhow::Result<u64> {
+            let v = value.with_context(|| format!("Missing numeric argument for {name}"))?;
+            v.parse()
+                .with_context(|| format!("-o {name}={v}: not a non-negative number"))
+        };
+        match name {
+            "idle_timeout" => c.io.idle_timeout_secs = number()?,
+            _ if EXTENDED_AS_IS.contains(&name) => {}
+            _ if EXTENDED_IGNORED.contains(&name) => {
+                match name {
+                    "hashpower" => {
+                        let n = number()?;
+                        anyhow::ensure!(n >= 12, "Initial hashtable multiplier of {n} is too low");
+                        anyhow::ensure!(n <= 32, "Initial hashtable multiplier of {n} is too high");
+                    }
+                    "slab_automove" => {
+                        anyhow::ensure!(number()? <= 2, "slab_automove must be between 0 and 2")
+                    }
+                    "tail_repair_time" => anyhow::ensure!(
+                        number()? >= 10,
+                        "Cannot set tail_repair_time to less than 10 seconds"
+                    ),
+                    "hash_algorithm" => anyhow::ensure!(
+                        matches!(value, Some("jenkins" | "murmur3" | "xxh3")),
+                        "Unknown hash_algorithm option (jenkins, murmur3, xxh3)"
+                    ),
+                    _ => {}
+                }
+                ignored.push(format!("-o {item}"));
+            }
+            _ => anyhow::bail!("Illegal suboption {name:?}"),
+        }
+    }
+    Ok(())
+}
+
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let config = args.resolve()?;
+    let (config, ignored) = args.resolve_with_notes()?;
     init_logging(&config)?;
+    if !ignored.is_empty() {
+        tracing::warn!(
+            "memcached options accepted but ignored (no such mechanism in cellcache): {}",
+            ignored.join(" ")
+        );
+    }
     let shutdown = cellcache_io::Shutdown::new();
     watch_signals(shutdown.clone())?;
     let node = cellcache_node::Node::start(config, shutdown).context("starting the cell")?;
@@ -230,7 +374,86 @@ fn watch_signals(shutdown: cellcache_io::Shutdown) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_size;
+    use super::*;
+
+    /// `-I` is memcached's item_size_max: the store's limit is exactly that number, and
+    /// everything that must hold such an item grows with it.
+    #[test]
+    fn item_size_max_flag_is_memcacheds_number() {
+        for (flag, bytes) in [("512k", 512 << 10), ("1m", 1 << 20), ("4m", 4 << 20)] {
+            let mut c = NodeConfig::default();
+            c.set_item_size_max(parse_size(flag).unwrap()).unwrap();
+            assert_eq!(c.store.item_size_max_bytes, bytes, "-I {flag}");
+            assert!(c.store.slab_size_bytes >= bytes);
+            c.validate().unwrap_or_else(|e| panic!("-I {flag}: {e}"));
+        }
+        let mut c = NodeConfig::default();
+        let err = c.set_item_size_max(1000).unwrap_err();
+        assert!(err.to_string().contains("less than 1024"), "{err}");
+    }
+
+    fn serve(flags: &[&str]) -> anyhow::Result<(NodeConfig, Vec<String>)> {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        let argv = std::iter::once("serve").chain(flags.iter().copied());
+        Cli::try_parse_from(argv)?.serve.resolve_with_notes()
+    }
+
+    /// memcached's -F -M -C -B -R set what they set in memcached, visible in the config.
+    #[test]
+    fn memcached_flags_set_their_settings() {
+        let (c, ignored) = serve(&["-F", "-M", "-C", "-B", "ascii", "-R", "5"]).unwrap();
+        assert!(!c.server.flush_enabled);
+        assert!(!c.store.evictions);
+        assert!(!c.store.cas_enabled);
+        assert_eq!(c.server.binding_protocol, BindingProtocol::Ascii);
+        assert_eq!(ignored, ["-R 5"]);
+        let (c, _) = serve(&[]).unwrap();
+        assert!(c.server.flush_enabled && c.store.evictions && c.store.cas_enabled);
+        // As memcached: -R 0 and unknown -B values are refused; so is -B binary (this build).
+        assert!(serve(&["-R", "0"]).is_err());
+        let err = serve(&["-B", "foo"]).unwrap_err().to_string();
+        assert!(err.contains("Invalid value for binding protocol"), "{err}");
+        assert!(serve(&["-B", "binary"]).is_err());
+        // Unknown flags still fail with a usage message.
+        let err = serve(&["-Z"]).unwrap_err().to_string();
+        assert!(err.contains("Usage"), "{err}");
+    }
+
+    /// -o: the ones that apply are applied, the rest checked as memcached checks them and
+    /// listed for the log line; unknown ones are refused as memcached refuses them.
+    #[test]
+    fn extended_options_as_memcached() {
+        let (c, ignored) = serve(&[
+            "-o",
+            "modern,idle_timeout=7,hashpower=20,slab_reassign,slab_automove=1",
+            "-o",
+            "lru_crawler,no_lru_crawler,lru_maintainer,tail_repair_time=30,hash_algorithm=xxh3",
+            "-o",
+            "maxconns_fast,watcher_logbuf_size=64,no_modern",
+        ])
+        .unwrap();
+        assert_eq!(c.io.idle_timeout_secs, 7);
+        assert_eq!(ignored.len(), 9, "{ignored:?}");
+        assert!(ignored.contains(&"-o hashpower=20".to_string()));
+        for (bad, message) in [
+            ("bogus", "Illegal suboption \"bogus\""),
+            (",modern", "Illegal suboption \"\""),
+            ("hash_algorithm=foo", "Unknown hash_algorithm option"),
+            ("hashpower=99", "too high"),
+            ("slab_automove=9", "between 0 and 2"),
+            ("tail_repair_time=0", "less than 10 seconds"),
+            ("hashpower", "Missing numeric argument for hashpower"),
+            ("ext_path=/tmp/x:1G", "Illegal suboption"),
+        ] {
+            let err = format!("{:#}", serve(&["-o", bad]).unwrap_err());
+            assert!(err.contains(message), "-o {bad}: {err}");
+        }
+    }
 
     #[test]
     fn sizes_parse_like_memcached() {

@@ -277,6 +277,69 @@ fn values_over_item_size_max_are_refused_and_swallowed() {
     c.expect(b"\r\nEND\r\n");
 }
 
+/// `set <key> <flags> 0 <n>` with an `n`-byte value.
+fn set_of(key: &str, flags: u32, n: usize) -> Vec<u8> {
+    let mut req = format!("set {key} {flags} 0 {n}\r\n").into_bytes();
+    req.resize(req.len() + n, b'v');
+    req.extend_from_slice(b"\r\n");
+    req
+}
+
+/// memcached 1.6.18 counts the whole item against `-I`: a value fits when
+/// `key + value + 59` (+ 4 with non-zero flags) is at most item_size_max, and
+/// `stats settings` reports the `-I` value. Measured with a bisecting `set` on
+/// `memcached -I 512k|1m|2m|4m`: 524 228, 1 048 516, 2 097 092, 4 194 244 with
+/// key `k`; 1 048 267 with a 250-byte key.
+#[test]
+fn item_size_max_counts_the_whole_item_as_memcached() {
+    const TOO_LARGE: &[u8] = b"SERVER_ERROR object too large for cache\r\n";
+    for (flag, item) in [("512k", 512 << 10), ("1m", 1 << 20), ("2m", 2 << 20)] {
+        let s = Server::start(&["-m", "64", "-I", flag]);
+        let mut c = s.connect();
+        let largest = item - 1 - 59;
+        c.roundtrip(&set_of("k", 0, largest), b"STORED\r\n");
+        c.roundtrip(b"mg k s\r\n", format!("HD s{largest}\r\n").as_bytes());
+        // One more byte is too large, and the refused set drops the old item.
+        c.roundtrip(&set_of("k", 0, largest + 1), TOO_LARGE);
+        c.roundtrip(b"mg k s\r\n", b"EN\r\n");
+        // Non-zero flags cost 4 bytes.
+        c.roundtrip(&set_of("f", 1, largest - 4), b"STORED\r\n");
+        c.roundtrip(&set_of("f", 1, largest - 3), TOO_LARGE);
+        // The key counts too.
+        let long = "k".repeat(250);
+        c.roundtrip(&set_of(&long, 0, largest + 1 - 250), b"STORED\r\n");
+        c.roundtrip(&set_of(&long, 0, largest + 2 - 250), TOO_LARGE);
+        let settings = c.stats("settings");
+        let reported = settings.iter().find(|(k, _)| k == "item_size_max");
+        assert_eq!(
+            reported.map(|(_, v)| v.as_str()),
+            Some(item.to_string().as_str()),
+            "-I {flag}"
+        );
+    }
+}
+
+/// memcached 1.6.18 answers an append/prepend that would make the item too
+/// large `NOT_STORED` (`NS` for ms) and keeps the item; an ms refused as too
+/// large drops the key's item in every mode.
+#[test]
+fn appending_past_item_size_max_is_not_stored() {
+    let s = server();
+    let mut c = s.connect();
+    let largest = (1 << 20) - 1 - 59;
+    c.roundtrip(&set_of("a", 0, largest), b"STORED\r\n");
+    c.roundtrip(b"append a 0 0 1\r\nx\r\n", b"NOT_STORED\r\n");
+    c.roundtrip(b"prepend a 0 0 1\r\nx\r\n", b"NOT_STORED\r\n");
+    c.roundtrip(b"ms a 1 MA\r\nx\r\n", b"NS\r\n");
+    c.roundtrip(b"ms a 1 MP\r\nx\r\n", b"NS\r\n");
+    c.roundtrip(b"mg a s\r\n", format!("HD s{largest}\r\n").as_bytes());
+    c.roundtrip(b"set b 0 0 1\r\ny\r\n", b"STORED\r\n");
+    let mut req = format!("ms b {} MA\r\n", largest + 1).into_bytes();
+    req.resize(req.len() + largest + 1, b'v');
+    req.extend_from_slice(b"\r\nmg b v\r\n");
+    c.roundtrip(&req, b"SERVER_ERROR object too large for cache\r\nEN\r\n");
+}
+
 #[test]
 fn pipelined_requests_answered_in_order_even_when_split_byte_by_byte() {
     let s = server();
@@ -760,4 +823,102 @@ fn serve_refuses_zero_threads_and_accepts_a_backlog() {
     let s = Server::start(&["-m", "64", "-b", "64"]);
     let mut c = s.connect();
     c.roundtrip(b"set k 0 0 1\r\nv\r\n", b"STORED\r\n");
+}
+
+/// `-F`: memcached 1.6.18 refuses every `flush_all` with `CLIENT_ERROR flush_all not
+/// allowed` (nothing with `noreply`) and keeps the items.
+#[test]
+fn flush_all_is_refused_with_dash_f() {
+    let s = Server::start(&["-m", "64", "-F"]);
+    let mut c = s.connect();
+    let steps: &[(&[u8], &[u8])] = &[
+        (b"set a 0 0 1\r\n1\r\n", b"STORED\r\n"),
+        (b"flush_all\r\n", b"CLIENT_ERROR flush_all not allowed\r\n"),
+        (
+            b"flush_all 0\r\n",
+            b"CLIENT_ERROR flush_all not allowed\r\n",
+        ),
+        (b"flush_all noreply\r\nmn\r\n", b"MN\r\n"),
+        (b"get a\r\n", b"VALUE a 0 1\r\n1\r\nEND\r\n"),
+    ];
+    for (req, want) in steps {
+        c.roundtrip(req, want);
+    }
+    assert_eq!(c.stat_of("settings", "flush_enabled"), "no");
+}
+
+/// `-C`: memcached 1.6.18 keeps no CAS. Every CAS it reports is 0; the storage commands'
+/// compare (`cas`, `ms C`) never matches an existing item; `md C` / `ma C` compare with 0;
+/// `ms E` is an invalid flag.
+#[test]
+fn no_cas_with_dash_c() {
+    let s = Server::start(&["-m", "64", "-C"]);
+    let mut c = s.connect();
+    let steps: &[(&[u8], &[u8])] = &[
+        (b"set a 0 0 1\r\n1\r\n", b"STORED\r\n"),
+        (b"gets a\r\n", b"VALUE a 0 1 0\r\n1\r\nEND\r\n"),
+        (b"gats 0 a\r\n", b"VALUE a 0 1 0\r\n1\r\nEND\r\n"),
+        (b"mg a c v\r\n", b"VA 1 c0\r\n1\r\n"),
+        (b"cas a 0 0 1 0\r\n2\r\n", b"EXISTS\r\n"),
+        (b"cas a 0 0 1 1\r\n2\r\n", b"EXISTS\r\n"),
+        (b"cas zz 0 0 1 0\r\n2\r\n", b"NOT_FOUND\r\n"),
+        (b"ms a 1 C0\r\n2\r\n", b"EX\r\n"),
+        (b"ms a 1 C1 I\r\n2\r\n", b"EX\r\n"),
+        (b"ms a 1 c\r\n3\r\n", b"HD c0\r\n"),
+        (b"ms a 1 E5\r\n4\r\n", b"CLIENT_ERROR invalid flag\r\n"),
+        (b"mg a v\r\n", b"VA 1\r\n3\r\n"),
+        (b"ma n N0 c\r\n", b"HD c0\r\n"),
+        (b"ma n C1\r\n", b"EX\r\n"),
+        (b"ma n C0\r\n", b"HD\r\n"),
+        (b"md a C1\r\n", b"EX\r\n"),
+        (b"md a C0\r\n", b"HD\r\n"),
+        (b"md zz C0\r\n", b"NF\r\n"),
+    ];
+    for (req, want) in steps {
+        c.roundtrip(req, want);
+    }
+    assert_eq!(c.stat_of("settings", "cas_enabled"), "no");
+}
+
+/// `-M`: memcached answers `SERVER_ERROR out of memory storing object` when full instead of
+/// evicting, and the items already stored stay.
+#[test]
+fn out_of_memory_instead_of_evicting_with_dash_m() {
+    let s = Server::start(&["-m", "8", "-M"]);
+    let mut c = s.connect();
+    let value = vec![b'v'; 100 * 1024];
+    let mut stored = 0;
+    loop {
+        assert!(stored < 2000, "8 MB never filled with 100 KB values");
+        let mut req = format!("set k{stored} 0 0 {}\r\n", value.len()).into_bytes();
+        req.extend_from_slice(&value);
+        req.extend_from_slice(b"\r\n");
+        c.send(&req);
+        match c.line().as_str() {
+            "STORED" => stored += 1,
+            "SERVER_ERROR out of memory storing object" => break,
+            other => panic!("set k{stored}: {other}"),
+        }
+    }
+    assert!(stored > 10, "only {stored} values fit");
+    for i in [0, stored / 2, stored - 1] {
+        c.send(format!("mg k{i} s\r\n").as_bytes());
+        assert_eq!(c.line(), format!("HD s{}", value.len()), "k{i} was evicted");
+    }
+    assert_eq!(c.stat("evictions"), "0");
+    assert_eq!(c.stat_of("settings", "evictions"), "off");
+}
+
+/// `-B ascii`: memcached reads a binary request's bytes as text (no reply until a line end,
+/// then `ERROR`) and the connection stays usable; cellcache (text only) does the same.
+#[test]
+fn binary_magic_is_read_as_text_with_dash_b_ascii() {
+    let s = Server::start(&["-m", "64", "-B", "ascii"]);
+    let mut c = s.connect();
+    let mut version_request = vec![0x80, 0x0b];
+    version_request.resize(24, 0);
+    c.send(&version_request);
+    c.roundtrip(b"version\r\n", b"ERROR\r\n");
+    c.roundtrip(b"set a 0 0 1\r\n1\r\n", b"STORED\r\n");
+    assert_eq!(c.stat_of("settings", "binding_protocol"), "ascii");
 }

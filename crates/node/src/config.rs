@@ -189,6 +189,51 @@ pub struct ServerConfig {
     pub io_engine: IoEngineKind,
     /// Honour the `shutdown` command (memcached `-A`); off by default.
     pub shutdown_command: bool,
+    /// Honour `flush_all` (on by default); off (memcached `-F`) answers it
+    /// `CLIENT_ERROR flush_all not allowed`, as memcached.
+    pub flush_enabled: bool,
+    /// Which protocol clients speak (memcached `-B`): `auto` or `ascii` (this build speaks
+    /// the text protocol only, and reads a binary request as text, exactly as memcached
+    /// `-B ascii` does); `binary` is refused at start until the binary protocol lands.
+    pub binding_protocol: BindingProtocol,
+}
+
+/// memcached's `-B`: the protocol(s) a client connection may speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum BindingProtocol {
+    /// Chosen per connection from its first byte (memcached's default).
+    #[default]
+    Auto,
+    /// Text protocol only.
+    Ascii,
+    /// Binary protocol only.
+    Binary,
+}
+
+impl BindingProtocol {
+    /// The value memcached's `stats settings` reports as `binding_protocol`.
+    pub fn memcached_name(self) -> &'static str {
+        match self {
+            Self::Auto => "auto-negotiate",
+            Self::Ascii => "ascii",
+            Self::Binary => "binary",
+        }
+    }
+}
+
+impl std::str::FromStr for BindingProtocol {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "ascii" => Ok(Self::Ascii),
+            "binary" => Ok(Self::Binary),
+            other => Err(format!(
+                "Invalid value for binding protocol: {other}\n -- should be one of auto, binary, or ascii"
+            )),
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -198,6 +243,8 @@ impl Default for ServerConfig {
             port: 11211,
             io_engine: IoEngineKind::Auto,
             shutdown_command: false,
+            flush_enabled: true,
+            binding_protocol: BindingProtocol::Auto,
         }
     }
 }
@@ -293,9 +340,20 @@ impl NodeConfig {
         if self.io.input_buffer_max_bytes < limits.frame_bytes_max() {
             return Err(ConfigError::Invalid(format!(
                 "io.input_buffer_max_bytes ({}) must hold the largest request: a command line \
-                 (protocol.line_bytes_max {}) plus a value (store.item_size_max_bytes {})",
-                self.io.input_buffer_max_bytes, limits.line_bytes_max, limits.value_bytes_max
+                 (protocol.line_bytes_max {}) plus a value ({} bytes, from \
+                 store.item_size_max_bytes {})",
+                self.io.input_buffer_max_bytes,
+                limits.line_bytes_max,
+                limits.value_bytes_max(),
+                limits.item_size_max
             )));
+        }
+        if self.server.binding_protocol == BindingProtocol::Binary {
+            return Err(ConfigError::Invalid(
+                "server.binding_protocol = binary (-B binary): this build speaks the text \
+                 protocol only; use auto or ascii"
+                    .into(),
+            ));
         }
         let c = &self.cluster;
         if !(1..=5).contains(&c.replication_factor) {
@@ -351,12 +409,35 @@ impl NodeConfig {
         Ok(())
     }
 
+    /// memcached's `-I`: items up to `item` bytes as memcached counts them. Whatever must hold
+    /// one such item grows with it (a slab, a connection's input buffer, an inter-cell
+    /// frame), so `-I 4m` alone starts, as it does on memcached.
+    pub fn set_item_size_max(&mut self, item: usize) -> Result<(), ConfigError> {
+        if item < cellcache_store::ITEM_SIZE_MAX_MIN_BYTES {
+            return Err(ConfigError::Invalid(format!(
+                "-I {item}: Item max size cannot be less than 1024 bytes (as memcached)"
+            )));
+        }
+        self.store.item_size_max_bytes = item;
+        self.store.slab_size_bytes = self.store.slab_size_bytes.max(item);
+        let frame = self.protocol_limits().frame_bytes_max();
+        self.io.input_buffer_max_bytes = self.io.input_buffer_max_bytes.max(frame);
+        let record = item + cellcache_cluster::wire::payload::KEY_BYTES_MAX + 64;
+        let record = u32::try_from(record).map_err(|_| {
+            ConfigError::Invalid(format!("-I {item}: too large for an inter-cell frame"))
+        })?;
+        let wire = &mut self.cluster.wire.frame_payload_bytes_max;
+        *wire = (*wire).max(record);
+        Ok(())
+    }
+
     /// The parser's limits, derived from the protocol and store sections.
     pub fn protocol_limits(&self) -> cellcache_proto::Limits {
         cellcache_proto::Limits {
             key_bytes_max: self.protocol.key_bytes_max,
             line_bytes_max: self.protocol.line_bytes_max,
-            value_bytes_max: self.store.item_size_max_bytes,
+            item_size_max: self.store.item_size_max_bytes,
+            cas_enabled: self.store.cas_enabled,
             keys_per_get_max: self.protocol.keys_per_get_max,
         }
     }
@@ -389,6 +470,43 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The parser refuses an oversized item before reading it and the store checks again
+    /// (append, incr, replication): both must count an item as memcached does.
+    #[test]
+    fn parser_and_store_count_item_sizes_alike() {
+        use cellcache_proto::limits as proto;
+        assert_eq!(
+            proto::ITEM_OVERHEAD_BYTES,
+            cellcache_store::ITEM_OVERHEAD_BYTES
+        );
+        assert_eq!(proto::ITEM_FLAGS_BYTES, cellcache_store::ITEM_FLAGS_BYTES);
+        assert_eq!(proto::ITEM_CAS_BYTES, cellcache_store::ITEM_CAS_BYTES);
+        let c = NodeConfig::default();
+        let limits = c.protocol_limits();
+        assert_eq!(limits.item_size_max, 1 << 20);
+        let cases = [(1, 1_048_516, 0), (1, 1_048_517, 0), (250, 1_048_267, 0)]
+            .into_iter()
+            .chain([(1, 1_048_512, 7), (1, 1_048_513, 7), (250, 1_048_268, 0)])
+            .chain([(1, 1_048_524, 0), (1, 1_048_525, 0)]);
+        for cas_enabled in [true, false] {
+            let mut c = c.clone();
+            c.store.cas_enabled = cas_enabled;
+            let limits = c.protocol_limits();
+            for (key, value, flags) in cases.clone() {
+                assert_eq!(
+                    limits.item_fits(key, value, flags),
+                    c.store.item_fits(key, value, flags),
+                    "{key} {value} {flags} cas {cas_enabled}"
+                );
+            }
+            assert_eq!(limits.value_bytes_max(), c.store.value_bytes_max());
+        }
+        // memcached -C -I 1m: 1 048 524 with a 1-byte key.
+        let mut no_cas = c.clone();
+        no_cas.store.cas_enabled = false;
+        assert_eq!(no_cas.protocol_limits().value_bytes_max(), 1_048_524);
     }
 
     #[test]

@@ -129,6 +129,14 @@ impl Conn {
             );
             return Flow::Continue;
         }
+        if let Request::FlushAll { noreply, .. } = request {
+            // -F, decided where the client's request enters, before a ring broadcasts it.
+            let mut refusal = Vec::new();
+            if !crate::local::flush_allowed(&self.cell, *noreply, &mut refusal) {
+                self.reply_bytes(refusal, output);
+                return Flow::Continue;
+            }
+        }
         let bytes = bytes.to_vec();
         let direct = self.queue.is_empty();
         let mut tmp = Vec::new();
@@ -242,6 +250,35 @@ impl Conn {
         let mut bytes = Vec::new();
         request.encode(&mut bytes);
         self.run(request, &bytes, now, cluster, output, end);
+    }
+
+    /// Deletes `key` as a refused too-large write does: here, or in a ring at its master,
+    /// through replication and in order with the requests around it (its reply dropped).
+    fn unlink(
+        &mut self,
+        key: cellcache_proto::MetaKey<'_>,
+        now: u32,
+        cluster: &Option<Arc<crate::cluster::Cluster>>,
+    ) {
+        let Some(cl) = cluster else {
+            let mut buf = [0; cellcache_proto::token::BINARY_KEY_BYTES_MAX];
+            self.cell.store.delete(
+                key.binary(&mut buf),
+                now,
+                cellcache_store::DeleteOptions::default(),
+            );
+            return;
+        };
+        let mut md = b"md ".to_vec();
+        md.extend_from_slice(key.wire);
+        md.extend_from_slice(if key.base64 { b" b\r\n" } else { b"\r\n" });
+        let ctx = Ctx {
+            forwarded: false,
+            from_epoch: 0,
+            parked: None,
+            deadline: Instant::now() + Duration::from_millis(cl.config.request_timeout_ms),
+        };
+        route::dispatch(cl, md, ctx, Box::new(|_| {}));
     }
 
     /// Sends `reply` now, or after the replies still in flight.
@@ -399,11 +436,9 @@ impl Session for Conn {
                         self.queue.push_back(Pending::Ready(tmp));
                     }
                     if let Some(key) = e.failed_set_key {
-                        // memcached drops the old value when a set is refused as too
-                        // large, so a reader never sees the value the client replaced.
-                        self.cell
-                            .store
-                            .delete(key, now, cellcache_store::DeleteOptions::default());
+                        // memcached drops the old value when a set or ms is refused as
+                        // too large, so a reader never sees the value the client replaced.
+                        self.unlink(key, now, &cluster);
                     }
                     p.consumed += e.consumed;
                     self.discard = e.discard();

@@ -77,9 +77,11 @@ pub fn execute(
             );
         }
         Request::FlushAll { delay, noreply } => {
-            counters.cmd_flush += 1;
-            cell.store.flush_all(now, flush_delay_secs(*delay, now));
-            reply_unless(*noreply, out, b"OK\r\n");
+            if flush_allowed(cell, *noreply, out) {
+                counters.cmd_flush += 1;
+                cell.store.flush_all(now, flush_delay_secs(*delay, now));
+                reply_unless(*noreply, out, b"OK\r\n");
+            }
         }
         Request::Version => {
             out.extend_from_slice(b"VERSION ");
@@ -162,6 +164,56 @@ fn reply_unless(noreply: bool, out: &mut Vec<u8>, line: &[u8]) {
     }
 }
 
+/// memcached `-F` (`server.flush_enabled = false`): `flush_all` is refused with
+/// `CLIENT_ERROR flush_all not allowed` (silently with `noreply`), as memcached 1.6.18
+/// answers. Writes the refusal and returns false when refused. The ring's `flush_all`
+/// (cluster::route) asks the same question.
+pub(crate) fn flush_allowed(cell: &Cell, noreply: bool, out: &mut Vec<u8>) -> bool {
+    if cell.config.server.flush_enabled {
+        return true;
+    }
+    reply_unless(noreply, out, b"CLIENT_ERROR flush_all not allowed\r\n");
+    false
+}
+
+/// A CAS that no item has: the store hands out CAS values from 1 upwards, and under `-C`
+/// clients cannot choose one (`E` is refused or ignored).
+const CAS_NEVER_MATCHES: u64 = u64::MAX;
+
+/// memcached `-C` (`store.cas_enabled = false`) keeps no CAS: every CAS a client sees is 0.
+pub(crate) fn cas_out(cell: &Cell, cas: u64) -> u64 {
+    if cell.store.config().cas_enabled {
+        cas
+    } else {
+        0
+    }
+}
+
+/// The compare of a storage command (`cas`, `ms C`). Under `-C` memcached's storage path
+/// never matches: `EXISTS`/`EX` when the item exists, `NOT_FOUND`/`NF` otherwise.
+pub(crate) fn store_compare(cell: &Cell, compare: Option<u64>) -> Option<u64> {
+    if cell.store.config().cas_enabled {
+        compare
+    } else {
+        compare.map(|_| CAS_NEVER_MATCHES)
+    }
+}
+
+/// The compare of `md C` / `ma C`. Under `-C` memcached compares with the item's CAS of 0:
+/// `C0` matches any item, any other value none.
+pub(crate) fn zero_compare(cell: &Cell, compare: Option<u64>) -> Option<u64> {
+    if cell.store.config().cas_enabled {
+        compare
+    } else {
+        compare.and_then(|c| (c != 0).then_some(CAS_NEVER_MATCHES))
+    }
+}
+
+/// A client-chosen CAS (`E`); dropped under `-C`, where items carry none.
+pub(crate) fn new_cas(cell: &Cell, explicit: Option<u64>) -> Option<u64> {
+    explicit.filter(|_| cell.store.config().cas_enabled)
+}
+
 /// memcached's `flush_all` argument: seconds from now, or an absolute unix time when
 /// larger than 30 days; negative or 0 means now.
 pub(crate) fn flush_delay_secs(delay: Option<i64>, now: u32) -> u32 {
@@ -194,7 +246,7 @@ fn retrieve(
         let hit = cell
             .store
             .read(key, now, opts, |item| {
-                let cas = r.return_cas.then_some(item.cas);
+                let cas = r.return_cas.then(|| cas_out(cell, item.cas));
                 cellcache_proto::write_value_header(out, key, item.flags, item.value.len(), cas);
                 out.extend_from_slice(item.value);
                 cellcache_proto::write_value_end(out);
@@ -231,11 +283,11 @@ fn store(cell: &Cell, s: &StoreCmd<'_>, now: u32, out: &mut Vec<u8>, counters: &
         value: s.value,
         flags: s.flags,
         expiry: Expiry::from_protocol(s.exptime, now),
-        compare_cas,
+        compare_cas: store_compare(cell, compare_cas),
         new_cas: None,
         invalidate: false,
     };
-    let reply: &[u8] = match cell.store.write(&req, now) {
+    let reply: &[u8] = match appended_too_large_is_not_stored(cell.store.write(&req, now), mode) {
         Ok(WriteOutcome::Stored { .. }) => {
             if compare_cas.is_some() {
                 counters.cas_hits += 1;
@@ -254,6 +306,21 @@ fn store(cell: &Cell, s: &StoreCmd<'_>, now: u32, out: &mut Vec<u8>, counters: &
         Err(e) => store_error_line(e, counters),
     };
     reply_unless(s.noreply, out, reply);
+}
+
+/// memcached answers an append/prepend whose result would be too large `NOT_STORED` (its
+/// allocation of the combined item fails inside the store step), not `SERVER_ERROR`; the
+/// existing item stays.
+pub(crate) fn appended_too_large_is_not_stored(
+    result: Result<WriteOutcome, StoreError>,
+    mode: WriteMode,
+) -> Result<WriteOutcome, StoreError> {
+    match (result, mode) {
+        (Err(StoreError::TooLarge { .. }), WriteMode::Append | WriteMode::Prepend) => {
+            Ok(WriteOutcome::NotStored)
+        }
+        (result, _) => result,
+    }
 }
 
 /// The `SERVER_ERROR` line memcached sends for a store failure.

@@ -63,9 +63,14 @@ fn status_only(
 }
 
 /// Fills the per-item reply flags from a view.
-fn item_flags<'a>(base: MetaReplyFlags<'a>, item: &ItemView<'_>, now: u32) -> MetaReplyFlags<'a> {
+fn item_flags<'a>(
+    cell: &Cell,
+    base: MetaReplyFlags<'a>,
+    item: &ItemView<'_>,
+    now: u32,
+) -> MetaReplyFlags<'a> {
     MetaReplyFlags {
-        cas: Some(item.cas),
+        cas: Some(crate::local::cas_out(cell, item.cas)),
         client_flags: Some(item.flags),
         hit_before: Some(item.fetched_before),
         last_access_secs: Some(u64::from(now.saturating_sub(item.slab_last_access_secs))),
@@ -120,7 +125,7 @@ fn meta_get(
             if !claim && wants_win(&item) {
                 return false; // read again, claiming the token
             }
-            write_hit(out, flags, item_flags(base, &item, now), item.value);
+            write_hit(out, flags, item_flags(cell, base, &item, now), item.value);
             true
         });
         match outcome {
@@ -143,7 +148,7 @@ fn meta_get(
             flags: 0,
             expiry: Expiry::from_protocol(ttl, now),
             compare_cas: None,
-            new_cas: flags.new_cas,
+            new_cas: crate::local::new_cas(cell, flags.new_cas),
             invalidate: false,
         };
         if cell.store.write(&req, now).is_ok() {
@@ -152,7 +157,7 @@ fn meta_get(
                 ..ReadOptions::default()
             };
             let written = cell.store.read(k, now, opts, |item| {
-                write_hit(out, flags, item_flags(base, &item, now), item.value);
+                write_hit(out, flags, item_flags(cell, base, &item, now), item.value);
             });
             if written.is_some() {
                 return;
@@ -192,6 +197,11 @@ fn meta_set(
     let mut buf: BinaryKeyBuf = [0; _];
     let k = key.binary(&mut buf);
     counters.cmd_set += 1;
+    if flags.new_cas.is_some() && !cell.store.config().cas_enabled {
+        // memcached -C refuses ms E (there is no CAS to set).
+        out.extend_from_slice(b"CLIENT_ERROR invalid flag\r\n");
+        return;
+    }
     let mode = match flags.mode {
         SetMode::Set => WriteMode::Set,
         SetMode::Add => WriteMode::Add,
@@ -206,7 +216,7 @@ fn meta_set(
         value,
         flags: flags.client_flags.unwrap_or(0),
         expiry,
-        compare_cas: flags.compare_cas,
+        compare_cas: crate::local::store_compare(cell, flags.compare_cas),
         new_cas: flags.new_cas,
         invalidate: flags.invalidate,
     };
@@ -222,10 +232,11 @@ fn meta_set(
         };
         result = cell.store.write(&create, now);
     }
+    let result = crate::local::appended_too_large_is_not_stored(result, mode);
     let mut f = base_flags(key, &flags.returns);
     let status = match result {
         Ok(WriteOutcome::Stored { cas }) => {
-            f.cas = Some(cas);
+            f.cas = Some(crate::local::cas_out(cell, cas));
             f.client_flags = Some(req.flags);
             f.ttl_secs = Some(ttl_of(expiry, now));
             MetaStatus::Hd
@@ -260,10 +271,15 @@ fn meta_delete(
     let f = base_flags(key, &flags.returns);
     let status = if flags.remove_value {
         // x: keep the item (flags, TTL) but drop its value.
-        remove_value(cell, k, flags.compare_cas, now)
+        remove_value(
+            cell,
+            k,
+            crate::local::zero_compare(cell, flags.compare_cas),
+            now,
+        )
     } else {
         let opts = DeleteOptions {
-            compare_cas: flags.compare_cas,
+            compare_cas: crate::local::zero_compare(cell, flags.compare_cas),
             invalidate: flags.invalidate,
         };
         match cell.store.delete(k, now, opts) {
@@ -329,8 +345,8 @@ fn meta_arith(
         autovivify: flags
             .vivify_ttl
             .map(|ttl| (flags.initial_or_default(), Expiry::from_protocol(ttl, now))),
-        compare_cas: flags.compare_cas,
-        new_cas: flags.new_cas,
+        compare_cas: crate::local::zero_compare(cell, flags.compare_cas),
+        new_cas: crate::local::new_cas(cell, flags.new_cas),
     };
     let mut f = base_flags(key, &flags.returns);
     let (hits, misses) = if decrement {
@@ -344,7 +360,7 @@ fn meta_arith(
             if let Some(ttl) = flags.new_ttl {
                 cell.store.touch(k, Expiry::from_protocol(ttl, now), now);
             }
-            f.cas = Some(cas);
+            f.cas = Some(crate::local::cas_out(cell, cas));
             if flags.returns.contains(ReturnFlag::Ttl) {
                 f.ttl_secs = cell.store.get(k, now, |item| ttl_of(item.expiry, now));
             }

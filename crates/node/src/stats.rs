@@ -171,8 +171,16 @@ fn settings(cell: &Cell, out: &mut Vec<u8>) {
     stat(out, "udpport", 0);
     stat(out, "inter", c.server.listen);
     stat(out, "num_threads", c.io.worker_threads());
-    stat(out, "evictions", "on");
-    stat(out, "cas_enabled", "yes");
+    let on_off = |b: bool| if b { "on" } else { "off" };
+    let yes_no = |b: bool| if b { "yes" } else { "no" };
+    stat(out, "evictions", on_off(st.evictions));
+    stat(out, "cas_enabled", yes_no(st.cas_enabled));
+    stat(
+        out,
+        "binding_protocol",
+        c.server.binding_protocol.memcached_name(),
+    );
+    stat(out, "flush_enabled", yes_no(c.server.flush_enabled));
     stat(out, "item_size_max", st.item_size_max_bytes);
     stat(out, "slab_page_size", st.slab_size_bytes);
     stat(out, "idle_timeout", c.io.idle_timeout_secs);

@@ -112,7 +112,7 @@ impl ClientError {
 /// `SERVER_ERROR`s the parser itself can decide on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ServerError {
-    /// The announced value is larger than [`crate::Limits::value_bytes_max`].
+    /// The announced item does not fit `item_size_max` ([`crate::Limits::item_fits`]).
     ObjectTooLarge,
 }
 
@@ -147,10 +147,10 @@ pub struct ProtocolError<'a> {
     /// of that line, up to and including its `\n`, must be discarded too
     /// (possibly not received yet).
     pub skip_line: bool,
-    /// A `set` rejected as too large: memcached also unlinks the key's
-    /// existing item so a stale value does not outlive the failed write; the
-    /// node should do the same.
-    pub failed_set_key: Option<&'a [u8]>,
+    /// A `set` or `ms` (any mode) rejected as too large: memcached also
+    /// unlinks the key's existing item so a stale value does not outlive the
+    /// failed write; the node should do the same.
+    pub failed_set_key: Option<crate::MetaKey<'a>>,
 }
 
 impl<'a> ProtocolError<'a> {

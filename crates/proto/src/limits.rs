@@ -10,7 +10,17 @@ use serde::Deserialize;
 /// Longest key memcached accepts (protocol.txt "Keys"); SPEC D1.
 pub const KEY_BYTES_MAX_DEFAULT: usize = 250;
 /// memcached's default `item_size_max` (`-I 1m`); SPEC D1.
-pub const VALUE_BYTES_MAX_DEFAULT: usize = 1024 * 1024;
+pub const ITEM_SIZE_MAX_DEFAULT: usize = 1024 * 1024;
+/// Bytes memcached 1.6 counts for an item beyond its key and value (its item header with the
+/// CAS field, the key's NUL, the value's `\r\n`): a storage request is too large when
+/// `key + value + 59` (+ [`ITEM_FLAGS_BYTES`] with non-zero client flags) exceeds
+/// `item_size_max`. Measured on memcached 1.6.18; `cellcache_store::ITEM_OVERHEAD_BYTES` is
+/// the same number (the node checks they agree).
+pub const ITEM_OVERHEAD_BYTES: usize = 59;
+/// Extra bytes memcached counts for non-zero client flags.
+pub const ITEM_FLAGS_BYTES: usize = 4;
+/// Bytes of [`ITEM_OVERHEAD_BYTES`] that hold the CAS; memcached `-C` drops them.
+pub const ITEM_CAS_BYTES: usize = 8;
 /// Keys executed per batch of a `get`/`gets`/`gat`/`gats` line (a line may
 /// hold any number of keys, as in memcached; see [`crate::Parsed::Partial`]).
 pub const KEYS_PER_GET_MAX_DEFAULT: usize = 256;
@@ -39,9 +49,14 @@ pub struct Limits {
     /// retrieval line, whose keys are taken in batches within this window, so
     /// neither the line nor all its values are ever held at once.
     pub line_bytes_max: usize,
-    /// Largest value (`item_size_max`, default 1 MiB). Larger storage requests
-    /// get `SERVER_ERROR object too large for cache` and their data is swallowed.
-    pub value_bytes_max: usize,
+    /// Largest item, counted as memcached counts it (`item_size_max`, `-I`,
+    /// default 1 MiB; see [`Limits::item_fits`]). A storage request whose item
+    /// does not fit gets `SERVER_ERROR object too large for cache` and its data
+    /// is swallowed. Replies are bounded by [`Limits::value_bytes_max`].
+    pub item_size_max: usize,
+    /// Items carry a CAS in memcached's accounting (default true; memcached
+    /// `-C` turns it off and items count [`ITEM_CAS_BYTES`] less).
+    pub cas_enabled: bool,
     /// Most keys per batch of a multi-key retrieval (default 256): a line
     /// with more is answered batch by batch, with `END` after the last.
     pub keys_per_get_max: usize,
@@ -52,7 +67,8 @@ impl Default for Limits {
         Self {
             key_bytes_max: KEY_BYTES_MAX_DEFAULT,
             line_bytes_max: LINE_BYTES_MAX_DEFAULT,
-            value_bytes_max: VALUE_BYTES_MAX_DEFAULT,
+            item_size_max: ITEM_SIZE_MAX_DEFAULT,
+            cas_enabled: true,
             keys_per_get_max: KEYS_PER_GET_MAX_DEFAULT,
         }
     }
@@ -101,10 +117,34 @@ impl Limits {
         Ok(())
     }
 
+    /// Whether an item with this key length, value length and client flags is
+    /// within `item_size_max`, as memcached 1.6 decides it:
+    /// `key + value + 59 (+ 4 when flags != 0) <= item_size_max`.
+    /// `key + value + 59 (+ 4 when flags != 0, - 8 without CAS) <= item_size_max`.
+    pub fn item_fits(&self, key_len: usize, value_len: usize, flags: u32) -> bool {
+        key_len
+            .saturating_add(value_len)
+            .saturating_add(self.item_overhead_bytes(flags))
+            <= self.item_size_max
+    }
+
+    fn item_overhead_bytes(&self, flags: u32) -> usize {
+        let flags_bytes = if flags != 0 { ITEM_FLAGS_BYTES } else { 0 };
+        let cas_saved = if self.cas_enabled { 0 } else { ITEM_CAS_BYTES };
+        ITEM_OVERHEAD_BYTES + flags_bytes - cas_saved
+    }
+
+    /// Largest value any item can hold (a 1-byte key, flags 0); bounds the
+    /// values of replies.
+    pub fn value_bytes_max(&self) -> usize {
+        self.item_size_max
+            .saturating_sub(self.item_overhead_bytes(0) + 1)
+    }
+
     /// Largest frame (line plus data block) a request can occupy; the
     /// connection's read buffer must be able to hold this many bytes.
     pub fn frame_bytes_max(&self) -> usize {
-        self.line_bytes_max + self.value_bytes_max + 2
+        self.line_bytes_max + self.value_bytes_max() + 2
     }
 }
 
@@ -122,7 +162,17 @@ mod tests {
         let limits = Limits::default();
         assert_eq!(limits.validate(), Ok(()));
         assert_eq!(limits.key_bytes_max, 250);
-        assert_eq!(limits.value_bytes_max, 1 << 20);
+        assert_eq!(limits.item_size_max, 1 << 20);
+        // memcached 1.6.18 -I 1m: largest value 1 048 516 with a 1-byte key, 1 048 267
+        // with a 250-byte key, 4 less with non-zero flags.
+        assert_eq!(limits.value_bytes_max(), 1_048_516);
+        assert!(limits.item_fits(1, 1_048_516, 0));
+        assert!(!limits.item_fits(1, 1_048_517, 0));
+        assert!(limits.item_fits(250, 1_048_267, 0));
+        assert!(!limits.item_fits(250, 1_048_268, 0));
+        assert!(limits.item_fits(1, 1_048_512, 1));
+        assert!(!limits.item_fits(1, 1_048_513, 1));
+        assert!(!limits.item_fits(1, usize::MAX, 0));
     }
 
     #[test]
@@ -132,7 +182,7 @@ mod tests {
                 .expect("valid limits config");
         assert_eq!(limits.key_bytes_max, 100);
         assert_eq!(limits.keys_per_get_max, 8);
-        assert_eq!(limits.value_bytes_max, VALUE_BYTES_MAX_DEFAULT);
+        assert_eq!(limits.item_size_max, ITEM_SIZE_MAX_DEFAULT);
         assert!(serde_json::from_str::<Limits>(r#"{"key_bytes": 1}"#).is_err());
     }
 

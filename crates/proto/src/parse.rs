@@ -399,11 +399,14 @@ impl<'a> Context<'a, '_> {
                 None => return bad_line(),
             },
         };
-        if len > self.limits.value_bytes_max {
+        if !self.limits.item_fits(key.len(), len, flags) {
             return Parsed::Error(ProtocolError {
                 swallow: len.saturating_add(2),
                 noreply,
-                failed_set_key: (mode == Mode::Set).then_some(key),
+                failed_set_key: (mode == Mode::Set).then_some(meta::MetaKey {
+                    wire: key,
+                    base64: false,
+                }),
                 ..ProtocolError::line(
                     ErrorReply::Server(ServerError::ObjectTooLarge),
                     self.line_len,
@@ -657,13 +660,32 @@ impl<'a> Context<'a, '_> {
                 ..ProtocolError::line(reply, self.line_len)
             })
         };
-        if len > self.limits.value_bytes_max {
-            return swallow(ErrorReply::Server(ServerError::ObjectTooLarge));
-        }
         let (key, flags) = match meta::parse_set_flags(tokens, key) {
             Ok(parsed) => parsed,
             Err(e) => return swallow(ErrorReply::Client(e)),
         };
+        // As memcached: the flags are checked first, then the item's size (with the
+        // decoded key's length); a refused item also drops the key's existing one, in every
+        // mode, so a stale value does not outlive the failed write.
+        let key_len = if key.base64 {
+            key.binary(&mut [0; crate::token::BINARY_KEY_BYTES_MAX])
+                .len()
+        } else {
+            key.wire.len()
+        };
+        if !self
+            .limits
+            .item_fits(key_len, len, flags.client_flags.unwrap_or(0))
+        {
+            return Parsed::Error(ProtocolError {
+                swallow: len.saturating_add(2),
+                failed_set_key: Some(key),
+                ..ProtocolError::line(
+                    ErrorReply::Server(ServerError::ObjectTooLarge),
+                    self.line_len,
+                )
+            });
+        }
         self.data_block(len, false, |value| Request::MetaSet { key, value, flags })
     }
 }

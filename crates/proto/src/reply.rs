@@ -179,7 +179,7 @@ fn parse_value<'a>(
     if tokens.next().is_some() {
         return Err(ReplyError::Malformed);
     }
-    if len > limits.value_bytes_max {
+    if len > limits.value_bytes_max() {
         return Err(ReplyError::ValueTooLarge);
     }
     Ok(data_block(buf, line_len, len)?.map(|(data, consumed)| {
@@ -208,7 +208,7 @@ fn parse_meta<'a>(
             .next()
             .and_then(parse_usize)
             .ok_or(ReplyError::Malformed)?;
-        if len > limits.value_bytes_max {
+        if len > limits.value_bytes_max() {
             return Err(ReplyError::ValueTooLarge);
         }
         Some(len)

@@ -758,11 +758,60 @@ fn too_large_set_names_the_key_to_unlink() {
     let Parsed::Error(e) = parse(b"set big 0 0 9999999\r\n", &limits()) else {
         panic!("accepted");
     };
-    assert_eq!(e.failed_set_key, Some(&b"big"[..]));
+    assert_eq!(e.failed_set_key.map(|k| k.wire), Some(&b"big"[..]));
     let Parsed::Error(e) = parse(b"add big 0 0 9999999\r\n", &limits()) else {
         panic!("accepted");
     };
     assert_eq!(e.failed_set_key, None, "only set unlinks");
+    // memcached 1.6.18 unlinks on a too-large ms in every mode (proto_text.c
+    // process_mset_command), base64 keys included.
+    let Parsed::Error(e) = parse(b"ms big 9999999 MA\r\n", &limits()) else {
+        panic!("accepted");
+    };
+    assert_eq!(e.reply, ErrorReply::Server(ServerError::ObjectTooLarge));
+    assert_eq!(e.failed_set_key.map(|k| k.wire), Some(&b"big"[..]));
+    let Parsed::Error(e) = parse(b"ms Ymln 9999999 b\r\n", &limits()) else {
+        panic!("accepted");
+    };
+    let key = e.failed_set_key.expect("unlinks");
+    assert!(key.base64);
+    assert_eq!(key.binary(&mut [0; 186]), b"big");
+}
+
+/// memcached 1.6.18 counts the whole item against `-I` (item_size_max):
+/// `key + value + 59`, 4 more with non-zero client flags. Measured with
+/// `memcached -I 1m` and a bisecting `set`: 1 048 516 with key `k`, 1 048 267
+/// with a 250-byte key, 1 048 512 with flags 1.
+#[test]
+fn item_size_max_counts_key_value_and_flags_as_memcached() {
+    let l = limits();
+    let fits = |line: &[u8]| match parse(line, &l) {
+        Parsed::Incomplete => true,
+        Parsed::Error(e) => {
+            assert_eq!(e.reply, ErrorReply::Server(ServerError::ObjectTooLarge));
+            false
+        }
+        other => panic!("{other:?}"),
+    };
+    assert!(fits(b"set k 0 0 1048516\r\n"));
+    assert!(!fits(b"set k 0 0 1048517\r\n"));
+    assert!(fits(b"set k 1 0 1048512\r\n"));
+    assert!(!fits(b"set k 1 0 1048513\r\n"));
+    let long = [b'k'; 250];
+    let line = |n: usize| [b"set ", &long[..], format!(" 0 0 {n}\r\n").as_bytes()].concat();
+    assert!(fits(&line(1_048_267)));
+    assert!(!fits(&line(1_048_268)));
+    assert!(fits(b"ms k 1048516 T0\r\n"));
+    assert!(!fits(b"ms k 1048516 F1\r\n"));
+    assert!(fits(b"ms k 1048512 F1\r\n"));
+    // b: the decoded key counts (YQ== is "a").
+    assert!(fits(b"ms YQ== 1048516 b\r\n"));
+    assert!(!fits(b"ms YQ== 1048517 b\r\n"));
+    // A bad flag is reported before the size, as memcached checks flags first.
+    let Parsed::Error(e) = parse(b"ms k 9999999 !\r\n", &l) else {
+        panic!("accepted");
+    };
+    assert_eq!(e.reply, ErrorReply::Client(ClientError::InvalidFlag));
 }
 
 #[test]
@@ -818,7 +867,7 @@ fn limits_bound_keys_lines_values_and_key_counts() {
 
     // Value limit: exactly the maximum is fine, one more is too large.
     let small = Limits {
-        value_bytes_max: 4,
+        item_size_max: 1 + 4 + crate::limits::ITEM_OVERHEAD_BYTES,
         ..Limits::default()
     };
     assert!(matches!(

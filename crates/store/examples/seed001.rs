@@ -108,7 +108,7 @@ fn main() {
         let config = StoreConfig {
             memory_limit_bytes: (t.arena_mb * 1024.0 * 1024.0) as usize,
             slab_size_bytes: slab,
-            item_size_max_bytes: slab - ITEM_HEADER_RESERVE_BYTES,
+            item_size_max_bytes: slab,
             index_item_bytes_expected: t.value_bytes + 20,
             ..StoreConfig::default()
         };

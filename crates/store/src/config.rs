@@ -55,9 +55,21 @@ pub struct StoreConfig {
     pub memory_limit_bytes: usize,
     /// Slab size in bytes. Default 1 MiB.
     pub slab_size_bytes: usize,
-    /// Largest value accepted, ≤ `slab_size_bytes` minus the largest header. Default 1 MiB
-    /// minus [`ITEM_HEADER_RESERVE_BYTES`] so that a value of this size still fits a slab.
+    /// Largest item, counted as memcached 1.6 counts it (its `-I`, `item_size_max`): an item
+    /// fits when [`item_size_bytes`] of its key, value and flags is at most this. At most
+    /// `slab_size_bytes` (an item is never split across slabs) and at least 1024 (memcached's
+    /// floor). Default 1 MiB, memcached's default.
     pub item_size_max_bytes: usize,
+    /// Evict to make room (memcached's default). Off (memcached `-M`): a write that finds no
+    /// free space, after reclaiming dead and expired space by compaction, fails with
+    /// [`crate::StoreError::OutOfMemory`] (`SERVER_ERROR out of memory storing object`)
+    /// instead of clearing a slab or an index slot of live items. Default on.
+    pub evictions: bool,
+    /// Items carry a CAS unique in memcached's accounting (memcached `-C` turns it off: each
+    /// item counts [`ITEM_CAS_BYTES`] less against `item_size_max_bytes`). cellcache keeps a
+    /// CAS per item either way (replication orders versions by it); the protocol layer hides
+    /// it when this is off. Default on.
+    pub cas_enabled: bool,
     /// Layout of shards. Default shared.
     pub layout: Layout,
     /// Eviction policy. Default slab LRU.
@@ -76,10 +88,33 @@ pub struct StoreConfig {
     pub compaction_dead_permille: u32,
 }
 
-/// Bytes reserved for the largest item header so that an `item_size_max_bytes` value with a
-/// 250-byte key still fits a slab: ctrl, key_len, value_len varint, flags, expiry, cas varint,
-/// key.
-pub const ITEM_HEADER_RESERVE_BYTES: usize = 2 + 5 + 4 + 4 + 10 + KEY_LEN_MAX;
+/// Bytes memcached 1.6 counts for an item beyond its key and value: its item header with the
+/// CAS field, the key's terminating NUL and the value's `\r\n` (measured on 1.6.18: with a
+/// 1-byte key and `-I 1m` the largest value is 1 048 516 = 1 048 576 − 1 − 59).
+pub const ITEM_OVERHEAD_BYTES: usize = 59;
+/// Extra bytes memcached counts when an item's client flags are not 0.
+pub const ITEM_FLAGS_BYTES: usize = 4;
+/// Bytes of [`ITEM_OVERHEAD_BYTES`] that are the CAS field, which memcached `-C` drops
+/// (measured: `-C -I 1m` takes 1 048 524 with a 1-byte key).
+pub const ITEM_CAS_BYTES: usize = 8;
+/// Smallest `item_size_max_bytes` accepted (memcached: "Item max size cannot be less than
+/// 1024 bytes").
+pub const ITEM_SIZE_MAX_MIN_BYTES: usize = 1024;
+
+// cellcache's own encoding of an item is never longer than memcached's accounting of it, so
+// an item that passes the memcached check fits a slab of `item_size_max_bytes`.
+const _: () = assert!(crate::item::HEADER_BYTES_MAX <= ITEM_OVERHEAD_BYTES);
+
+/// The size memcached 1.6 accounts to an item against `item_size_max` (its `-I`):
+/// key + value + [`ITEM_OVERHEAD_BYTES`], + [`ITEM_FLAGS_BYTES`] when `flags` ≠ 0,
+/// − [`ITEM_CAS_BYTES`] without CAS (`-C`).
+pub fn item_size_bytes(key_len: usize, value_len: usize, flags: u32, cas: bool) -> usize {
+    let flags_bytes = if flags != 0 { ITEM_FLAGS_BYTES } else { 0 };
+    let cas_saved = if cas { 0 } else { ITEM_CAS_BYTES };
+    key_len
+        .saturating_add(value_len)
+        .saturating_add(ITEM_OVERHEAD_BYTES + flags_bytes - cas_saved)
+}
 
 /// Smallest slab accepted.
 pub const SLAB_SIZE_MIN_BYTES: usize = 1 << 10;
@@ -96,7 +131,9 @@ impl Default for StoreConfig {
         StoreConfig {
             memory_limit_bytes: 64 << 20,
             slab_size_bytes: 1 << 20,
-            item_size_max_bytes: (1 << 20) - ITEM_HEADER_RESERVE_BYTES,
+            item_size_max_bytes: 1 << 20,
+            evictions: true,
+            cas_enabled: true,
             layout: Layout::Shared,
             eviction: EvictionPolicyKind::SlabLru,
             index_item_bytes_expected: 120,
@@ -128,13 +165,11 @@ pub enum ConfigError {
     /// Arena offsets must fit in 40 bits.
     #[error("memory_limit_bytes {0} above 2^40 per shard")]
     MemoryTooLarge(usize),
-    /// The largest item must fit one slab.
-    #[error("item_size_max_bytes {item} + header reserve {reserve} exceeds slab_size_bytes {slab}")]
+    /// The largest item must fit one slab, and be at least 1024 bytes (as memcached).
+    #[error("item_size_max_bytes {item} must be in 1024..=slab_size_bytes ({slab})")]
     ItemSizeMax {
         /// configured item size max
         item: usize,
-        /// header reserve
-        reserve: usize,
         /// slab size
         slab: usize,
     },
@@ -175,10 +210,9 @@ impl StoreConfig {
         if !(SLAB_SIZE_MIN_BYTES..=SLAB_SIZE_MAX_BYTES).contains(&slab) {
             return Err(ConfigError::SlabSize(slab));
         }
-        if self.item_size_max_bytes + ITEM_HEADER_RESERVE_BYTES > slab {
+        if !(ITEM_SIZE_MAX_MIN_BYTES..=slab).contains(&self.item_size_max_bytes) {
             return Err(ConfigError::ItemSizeMax {
                 item: self.item_size_max_bytes,
-                reserve: ITEM_HEADER_RESERVE_BYTES,
                 slab,
             });
         }
@@ -220,5 +254,17 @@ impl StoreConfig {
             });
         }
         Ok(())
+    }
+
+    /// Whether an item of this key, value and flags is within `item_size_max_bytes`, as
+    /// memcached decides it ([`item_size_bytes`]).
+    pub fn item_fits(&self, key_len: usize, value_len: usize, flags: u32) -> bool {
+        item_size_bytes(key_len, value_len, flags, self.cas_enabled) <= self.item_size_max_bytes
+    }
+
+    /// Largest value an item can hold (1-byte key, flags 0).
+    pub fn value_bytes_max(&self) -> usize {
+        let overhead = item_size_bytes(1, 0, 0, self.cas_enabled);
+        self.item_size_max_bytes.saturating_sub(overhead)
     }
 }

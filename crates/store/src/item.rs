@@ -125,6 +125,10 @@ pub(crate) fn encoded_len_max(key_len: usize, value_len: usize) -> usize {
     2 + varint_len(value_len as u64) + 4 + 4 + VARINT_LEN_MAX + key_len + value_len
 }
 
+/// Longest header (everything but key and value) of an item whose value is shorter than a
+/// slab (≤ 2^30 bytes: a 5-byte length varint): ctrl, key_len, value_len, flags, expiry, CAS.
+pub(crate) const HEADER_BYTES_MAX: usize = 2 + 5 + 4 + 4 + VARINT_LEN_MAX;
+
 /// Writes the header and key into `buf` (which is exactly `encoded_len` long) and returns the
 /// value's offset; the caller copies the value bytes there.
 pub(crate) fn encode_head(buf: &mut [u8], f: &ItemFields<'_>, cas_base: u64) -> usize {

@@ -23,8 +23,9 @@ mod stats;
 mod store;
 
 pub use config::{
-    ConfigError, EvictionPolicyKind, INDEX_KICKS_MAX_LIMIT, ITEM_HEADER_RESERVE_BYTES, KEY_LEN_MAX,
-    Layout, SLAB_SIZE_MAX_BYTES, SLAB_SIZE_MIN_BYTES, StoreConfig,
+    ConfigError, EvictionPolicyKind, INDEX_KICKS_MAX_LIMIT, ITEM_CAS_BYTES, ITEM_FLAGS_BYTES,
+    ITEM_OVERHEAD_BYTES, ITEM_SIZE_MAX_MIN_BYTES, KEY_LEN_MAX, Layout, SLAB_SIZE_MAX_BYTES,
+    SLAB_SIZE_MIN_BYTES, StoreConfig, item_size_bytes,
 };
 pub use eviction::{EvictionPolicy, LeastLiveOfLru, SecondChanceFifo, SlabLru, SlabView};
 pub use expiry::{Expiry, RELATIVE_EXPTIME_MAX_SECS};

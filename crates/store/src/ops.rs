@@ -217,10 +217,11 @@ impl OwnedItem {
 /// Operating failures.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
-    /// Value above `item_size_max_bytes` (or the result of append/prepend/incr would be).
-    #[error("object too large for cache: {len} bytes > item_size_max {max}")]
+    /// The item, counted as memcached counts it ([`crate::item_size_bytes`]), is above
+    /// `item_size_max_bytes` (or the result of append/prepend/incr would be).
+    #[error("object too large for cache: item of {len} bytes > item_size_max {max}")]
     TooLarge {
-        /// value length
+        /// the item's size as memcached counts it (key + value + overhead)
         len: usize,
         /// the limit
         max: usize,

@@ -118,6 +118,10 @@ pub(crate) struct Shard {
     index: Index,
     policy: Box<dyn EvictionPolicy>,
     item_size_max: usize,
+    /// memcached's item accounting counts a CAS field (not under `-C`).
+    cas_counted: bool,
+    /// Off (memcached `-M`): fail writes instead of evicting live items.
+    evictions: bool,
     compaction_dead_permille: u32,
     compaction_queue: VecDeque<SlabId>,
     scratch: Vec<u8>,
@@ -151,6 +155,8 @@ impl Shard {
             index: Index::new(sizing.index_buckets, c.index_kicks_max),
             policy,
             item_size_max: c.item_size_max_bytes,
+            cas_counted: c.cas_enabled,
+            evictions: c.evictions,
             compaction_dead_permille: c.compaction_dead_permille,
             compaction_queue: VecDeque::with_capacity(slab_count),
             scratch: Vec::new(),
@@ -485,6 +491,10 @@ impl Shard {
             if self.compact_one(now) {
                 continue;
             }
+            if !self.evictions {
+                // memcached -M: dead and expired space was reclaimed above; live items stay.
+                break;
+            }
             let view = LiveView(&self.slabs.meta);
             let Some(victim) = self.policy.victim(&view, None) else {
                 break;
@@ -555,6 +565,10 @@ impl Shard {
                         } else {
                             Unlink::Evicted
                         };
+                        if why == Unlink::Evicted && !self.evictions {
+                            self.kill(loc, len);
+                            return Err(StoreError::OutOfMemory);
+                        }
                         self.unlink(slot, l, &h, why);
                         self.counters.index_full_evictions += 1;
                         self.index.insert(p, loc).is_ok()
@@ -582,7 +596,9 @@ impl Shard {
         }
     }
 
-    fn check_value(&self, len: usize) -> Result<(), StoreError> {
+    /// memcached's size check: the whole item, counted as memcached counts it.
+    fn check_size(&self, key_len: usize, value_len: usize, flags: u32) -> Result<(), StoreError> {
+        let len = crate::config::item_size_bytes(key_len, value_len, flags, self.cas_counted);
         if len > self.item_size_max {
             Err(StoreError::TooLarge {
                 len,
@@ -616,7 +632,7 @@ impl Shard {
         ctx: &Ctx<'_>,
     ) -> Result<WriteOutcome, StoreError> {
         Self::check_key(req.key)?;
-        self.check_value(req.value.len())?;
+        self.check_size(req.key.len(), req.value.len(), req.flags)?;
         let existing = self.lookup(hash, req.key, now);
         let present = existing.is_some();
         match req.mode {
@@ -644,7 +660,7 @@ impl Shard {
         let loc = match (req.mode, existing) {
             (WriteMode::Append | WriteMode::Prepend, Some((_, loc, h))) => {
                 let total = h.value_len + req.value.len();
-                self.check_value(total)?;
+                self.check_size(req.key.len(), total, h.flags)?;
                 // The old value must be copied out first: making room may evict or compact it.
                 let mut buf = std::mem::take(&mut self.scratch);
                 buf.clear();
@@ -840,7 +856,7 @@ impl Shard {
         if digits.len() < value.len() {
             digits.resize(value.len(), b' ');
         }
-        self.check_value(digits.len())?;
+        self.check_size(key.len(), digits.len(), h.flags)?;
         let cas = ctx.cas_for(req.new_cas);
         let loc = self.store_item(
             hash,
@@ -954,7 +970,7 @@ impl Shard {
         ctx: &Ctx<'_>,
     ) -> Result<(), StoreError> {
         Self::check_key(&item.key)?;
-        self.check_value(item.value.len())?;
+        self.check_size(item.key.len(), item.value.len(), item.flags)?;
         ctx.cas_for(Some(item.cas));
         let state = if item.stale { CTRL_STALE } else { 0 };
         let loc = self.store_item(

@@ -140,12 +140,26 @@ fn key(k: u8) -> Vec<u8> {
 }
 
 /// memcached's counter rule: decimal digits, optionally followed by spaces.
+/// The number incr/decr reads, as memcached's `strtoull`: optional leading whitespace, an
+/// optional `+` (or `-` with magnitude 0), digits, then the end or whitespace (anything after
+/// that is ignored).
 fn parse(v: &[u8]) -> Option<u64> {
-    let text = std::str::from_utf8(v).ok()?.trim_end_matches(' ');
-    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+    let space = |b: &u8| b" \t\n\x0b\x0c\r".contains(b);
+    let v = &v[v.iter().position(|b| !space(b))?..];
+    let (negative, v) = match v.first() {
+        Some(b'-') => (true, &v[1..]),
+        Some(b'+') => (false, &v[1..]),
+        _ => (false, v),
+    };
+    let end = v
+        .iter()
+        .position(|b| !b.is_ascii_digit())
+        .unwrap_or(v.len());
+    if end == 0 || v.get(end).is_some_and(|b| !space(b)) {
         return None;
     }
-    text.parse().ok()
+    let n: u64 = std::str::from_utf8(&v[..end]).ok()?.parse().ok()?;
+    (!negative || n == 0).then_some(n)
 }
 
 fn run(config: StoreConfig, ops: Vec<Op>, may_evict: bool) -> Result<(), TestCaseError> {
@@ -248,7 +262,7 @@ fn run(config: StoreConfig, ops: Vec<Op>, may_evict: bool) -> Result<(), TestCas
                     continue;
                 }
                 if let (WriteMode::Append | WriteMode::Prepend, Some(p)) = (mode, &present) {
-                    let len = p.value.len() + v.len();
+                    let len = item_size_bytes(kb.len(), p.value.len() + v.len(), p.flags, true);
                     if len > item_size_max {
                         prop_assert_eq!(
                             r,

@@ -10,7 +10,7 @@ fn small_config() -> StoreConfig {
     StoreConfig {
         memory_limit_bytes: 256 << 10,
         slab_size_bytes: 16 << 10,
-        item_size_max_bytes: (16 << 10) - ITEM_HEADER_RESERVE_BYTES,
+        item_size_max_bytes: 16 << 10,
         ..StoreConfig::default()
     }
 }
@@ -258,14 +258,41 @@ fn flush_all_now_and_delayed() {
 #[test]
 fn too_large_and_bad_keys_are_typed_errors() {
     let s = store();
+    // memcached's accounting: key + value + 59 (+ 4 with flags) <= item_size_max.
     let max = s.config().item_size_max_bytes;
-    let big = vec![7u8; max + 1];
+    let value_max = max - 1 - ITEM_OVERHEAD_BYTES;
+    assert_eq!(s.config().value_bytes_max(), value_max);
+    let big = vec![7u8; value_max + 1];
     assert_eq!(
         s.write(&WriteRequest::set(b"k", &big), NOW),
         Err(StoreError::TooLarge { len: max + 1, max })
     );
-    let ok = vec![7u8; max];
+    set(&s, b"k", &big[..value_max]);
+    let flagged = WriteRequest {
+        flags: 1,
+        ..WriteRequest::set(b"k", &big[..value_max])
+    };
+    assert_eq!(
+        s.write(&flagged, NOW),
+        Err(StoreError::TooLarge { len: max + 4, max })
+    );
+    let flagged = WriteRequest {
+        flags: 1,
+        ..WriteRequest::set(b"k", &big[..value_max - ITEM_FLAGS_BYTES])
+    };
+    assert!(matches!(
+        s.write(&flagged, NOW),
+        Ok(WriteOutcome::Stored { .. })
+    ));
+    let ok = vec![7u8; max - KEY_LEN_MAX - ITEM_OVERHEAD_BYTES];
     let long_key = [b'k'; KEY_LEN_MAX];
+    assert!(matches!(
+        s.write(
+            &WriteRequest::set(&long_key, &[ok.as_slice(), b"x"].concat()),
+            NOW
+        ),
+        Err(StoreError::TooLarge { .. })
+    ));
     assert!(matches!(
         s.write(&WriteRequest::set(&long_key, &ok), NOW),
         Ok(WriteOutcome::Stored { .. })
@@ -279,7 +306,7 @@ fn too_large_and_bad_keys_are_typed_errors() {
         s.write(&WriteRequest::set(&[b'k'; 251], b"v"), NOW),
         Err(StoreError::KeyLength(251))
     );
-    set(&s, b"ap", &vec![1u8; max - 1]);
+    set(&s, b"ap", &vec![1u8; max - 2 - ITEM_OVERHEAD_BYTES - 1]);
     assert!(matches!(
         s.write(&req(WriteMode::Append, b"ap", b"xy"), NOW),
         Err(StoreError::TooLarge { .. })
@@ -697,7 +724,8 @@ fn largest_items_never_fail_when_the_last_slab_is_short() {
         tail > 0 && (tail as usize) < max,
         "the arena must end in a short slab ({tail})"
     );
-    let big = vec![9u8; max];
+    // The largest value the longest of these keys may have.
+    let big = vec![9u8; max - "big199".len() - ITEM_OVERHEAD_BYTES];
     for i in 0..200u32 {
         let key = format!("big{i}");
         assert!(
@@ -1030,4 +1058,58 @@ fn a_range_flush_drops_only_its_range_and_is_reported_once_with_it() {
         a.iter().map(|i| &i.key).collect::<Vec<_>>(),
         b.iter().map(|i| &i.key).collect::<Vec<_>>()
     );
+}
+
+/// memcached -M: with evictions off a full store refuses writes (`OutOfMemory`) and keeps
+/// every live item; deleting frees room again.
+#[test]
+fn without_evictions_a_full_store_refuses_writes_and_keeps_items() {
+    let s = Store::new(StoreConfig {
+        evictions: false,
+        ..small_config()
+    })
+    .unwrap();
+    let value = vec![3u8; 1000];
+    let mut stored = 0u32;
+    let refused = loop {
+        assert!(stored < 10_000, "a 256 KiB store never filled");
+        let key = format!("k{stored}");
+        match s.write(&WriteRequest::set(key.as_bytes(), &value), NOW) {
+            Ok(WriteOutcome::Stored { .. }) => stored += 1,
+            Err(e) => break e,
+            Ok(other) => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(refused, StoreError::OutOfMemory);
+    assert_eq!((s.stats().evicted_items, s.stats().evicted_slabs), (0, 0));
+    for i in 0..stored {
+        assert!(
+            get(&s, format!("k{i}").as_bytes(), NOW).is_some(),
+            "k{i} lost"
+        );
+    }
+    // Deleted space is reclaimed (compaction), never live items.
+    for i in 0..stored / 2 {
+        s.delete(format!("k{i}").as_bytes(), NOW, DeleteOptions::default());
+    }
+    set(&s, b"again", &value);
+    s.check_invariants();
+}
+
+/// memcached -C: items count 8 bytes less (no CAS field) against item_size_max.
+#[test]
+fn without_cas_items_count_eight_bytes_less() {
+    let s = Store::new(StoreConfig {
+        cas_enabled: false,
+        ..small_config()
+    })
+    .unwrap();
+    let max = s.config().item_size_max_bytes;
+    let value_max = max - 1 - ITEM_OVERHEAD_BYTES + ITEM_CAS_BYTES;
+    assert_eq!(s.config().value_bytes_max(), value_max);
+    set(&s, b"k", &vec![1u8; value_max]);
+    assert!(matches!(
+        s.write(&WriteRequest::set(b"k", &vec![1u8; value_max + 1]), NOW),
+        Err(StoreError::TooLarge { .. })
+    ));
 }

@@ -391,10 +391,15 @@ impl Client {
     /// One figure of the cell this client talks to: its own (`stats cell`), not the ring's
     /// (`stats`); memcached knows only `stats`.
     pub fn stat(&mut self, name: &str) -> String {
-        self.stats(if is_memcached() { "" } else { "cell" })
+        self.stat_of(if is_memcached() { "" } else { "cell" }, name)
+    }
+
+    /// One field of `stats <group>`.
+    pub fn stat_of(&mut self, group: &str, name: &str) -> String {
+        self.stats(group)
             .into_iter()
             .find(|(k, _)| k == name)
-            .unwrap_or_else(|| panic!("no stat {name}"))
+            .unwrap_or_else(|| panic!("no stat {name} in stats {group}"))
             .1
     }
 }

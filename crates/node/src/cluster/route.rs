@@ -184,6 +184,7 @@ pub fn execute_local(
         // A ring cell flushes the range it masters, through its replication stream; the
         // store's own flush would wipe its backups' copies too (see `flush`).
         Request::FlushAll { delay, noreply } => {
+            // -F: see local::flush_allowed
             counters.cmd_flush += 1;
             cl.flush_master_range(now, crate::local::flush_delay_secs(*delay, now));
             if !noreply {

@@ -10,8 +10,9 @@ fuzz_target!(|data: &[u8]| {
     let limits = Limits {
         key_bytes_max: 32,
         line_bytes_max: 256,
-        value_bytes_max: 128,
+        item_size_max: 128 + cellcache_proto::limits::ITEM_OVERHEAD_BYTES + 1,
         keys_per_get_max: 4,
+        cas_enabled: true,
     };
     let mut rest = data;
     for _ in 0..data.len() + 1 {
