@@ -10,16 +10,24 @@
 //! queue is bounded (`cluster.in_flight_per_connection_max`): past it the connection stops
 //! consuming input until replies drain.
 //!
+//! The first byte of a connection picks its protocol for the connection's life, as in
+//! memcached: `0x80` is the binary protocol (`crate::binary`), anything else text. Binary
+//! frames run through the same [`Conn::run`] as text requests, so both share the store,
+//! the ring's routing, replication, stats and this reply order.
+//!
 //! The discard debt survives between batches: after a rejected storage command, memcached
 //! swallows the announced data block, which may arrive over several reads. Counters are
 //! folded into the cell's totals once per batch.
 
+use crate::binary::Encoding;
 use crate::cell::Cell;
+use crate::cluster::Cluster;
 use crate::cluster::route::{self, Ctx, Placement, Reply};
 use crate::counters::LocalCounters;
 use crate::local::{Flow, execute};
 use cellcache_io::{Notify, Progress, Service, Session};
-use cellcache_proto::{Discard, Parsed, parse};
+use cellcache_proto::binary::MAGIC_REQUEST;
+use cellcache_proto::{Discard, Parsed, Request, parse};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -40,6 +48,7 @@ impl Service for ClientService {
             notify,
             queue: VecDeque::new(),
             closing: false,
+            wire: Wire::Undecided,
         }
     }
 }
@@ -62,15 +71,28 @@ enum Pending {
     Wait(Arc<Slot>),
 }
 
+/// The protocol a connection speaks, decided by its first byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wire {
+    Undecided,
+    Text,
+    Binary,
+}
+
+/// The reply every keyed request gets from a standby cell (not in a ring yet).
+const STANDBY: &[u8] = b"SERVER_ERROR standby: this cell is not in a ring yet\r\n";
+
+/// One connection's state; owned by the engine thread that owns the connection.
 pub struct Conn {
-    cell: Arc<Cell>,
-    discard: Discard,
-    counters: LocalCounters,
+    pub(crate) cell: Arc<Cell>,
+    pub(crate) discard: Discard,
+    pub(crate) counters: LocalCounters,
     notify: Notify,
     queue: VecDeque<Pending>,
     /// `quit` (or `shutdown`) was executed behind replies still in flight: close once they
     /// are written, read nothing more.
-    closing: bool,
+    pub(crate) closing: bool,
+    wire: Wire,
 }
 
 impl Conn {
@@ -97,8 +119,132 @@ impl Conn {
         slot
     }
 
-    fn in_flight_max(&self) -> usize {
-        self.cell.config.cluster.in_flight_per_connection_max
+    /// Whether the queue of replies in flight is full (stop consuming input until it drains).
+    pub(crate) fn in_flight_full(&self) -> bool {
+        self.queue.len() >= self.cell.config.cluster.in_flight_per_connection_max
+    }
+
+    /// Appends a reply that is complete now: to the output when nothing waits before it,
+    /// else behind what waits.
+    pub(crate) fn emit(&mut self, reply: Vec<u8>, output: &mut Vec<u8>) {
+        if reply.is_empty() {
+            return;
+        }
+        if self.queue.is_empty() {
+            output.extend_from_slice(&reply);
+        } else {
+            self.queue.push_back(Pending::Ready(reply));
+        }
+    }
+
+    /// Executes one complete request (`bytes` is its wire form, for forwarding) here or
+    /// through the ring, and queues its reply in order, re-encoded by `encoding`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn run(
+        &mut self,
+        request: &Request<'_>,
+        bytes: &[u8],
+        now: u32,
+        cluster: Option<&Arc<Cluster>>,
+        standby: bool,
+        output: &mut Vec<u8>,
+        encoding: &Encoding,
+    ) -> Flow {
+        if standby
+            && (route::key_hashes(request).is_some() || matches!(request, Request::FlushAll { .. }))
+        {
+            self.emit(encoding.finish(STANDBY.to_vec()), output);
+            return Flow::Continue;
+        }
+        // A text reply goes straight to the output when nothing waits before it; a binary
+        // one is composed as text first and re-encoded.
+        let direct = self.queue.is_empty() && encoding.is_text();
+        let mut tmp = Vec::new();
+        // The reply went to a slot (filled later, re-encoded by the filler).
+        let mut slotted = false;
+        let out: &mut Vec<u8> = if direct { output } else { &mut tmp };
+        let flow = match cluster {
+            None => execute(&self.cell, request, now, out, &mut self.counters),
+            Some(cl) => {
+                let placed_at = cl.epoch();
+                let placement = route::place(cl, request, false);
+                let mut local = None;
+                if let Placement::NoKeys | Placement::Local = placement {
+                    let start = out.len();
+                    let (flow, captured) =
+                        route::execute_local(cl, request, now, out, &mut self.counters);
+                    match route::after(cl, request, placed_at, false, captured) {
+                        route::After::Now => local = Some(flow),
+                        route::After::Stray => {
+                            if out.len() > start {
+                                out.truncate(start);
+                                out.extend_from_slice(route::UNAVAILABLE);
+                            }
+                            local = Some(flow);
+                        }
+                        route::After::Wait(positions) => {
+                            // Everything this request wrote (`tmp` holds nothing else).
+                            let reply = out.split_off(start);
+                            let quiet = reply.is_empty();
+                            let slot = self.slot();
+                            slotted = true;
+                            let enc = encoding.clone();
+                            route::reply_after_replication(
+                                cl,
+                                positions,
+                                reply,
+                                quiet,
+                                Box::new(move |b| slot.fill(enc.finish(b))),
+                            );
+                            local = Some(flow);
+                        }
+                        // The map moved the key away meanwhile: route it anew.
+                        route::After::Reroute => out.truncate(start),
+                    }
+                }
+                match local {
+                    Some(flow) => flow,
+                    None => {
+                        let slot = self.slot();
+                        slotted = true;
+                        let ctx = Ctx {
+                            forwarded: false,
+                            from_epoch: 0,
+                            deadline: Instant::now()
+                                + Duration::from_millis(cl.config.request_timeout_ms),
+                        };
+                        let enc = encoding.clone();
+                        route::dispatch(
+                            cl,
+                            bytes.to_vec(),
+                            ctx,
+                            Box::new(move |r| {
+                                slot.fill(enc.finish(match r {
+                                    Reply::Bytes(b) => b,
+                                    Reply::Refused(_) => route::UNAVAILABLE.to_vec(),
+                                }))
+                            }),
+                        );
+                        Flow::Continue
+                    }
+                }
+            }
+        };
+        if !direct && !slotted {
+            self.emit(encoding.finish(tmp), output);
+        }
+        flow
+    }
+
+    /// Writes what is in order, closes after `quit`, folds the counters: the end of every
+    /// batch of input.
+    fn end_batch(&mut self, output: &mut Vec<u8>, mut p: Progress) -> Progress {
+        self.flush(output);
+        if self.closing && self.queue.is_empty() {
+            p.close = true;
+        }
+        self.cell.counters.absorb(&mut self.counters);
+        p
     }
 }
 
@@ -113,6 +259,25 @@ impl Session for Conn {
         }
         let cluster = self.cell.cluster.get().cloned();
         let standby = cluster.is_none() && self.cell.config.cluster.enabled;
+        if self.wire == Wire::Undecided {
+            self.wire = match input.first() {
+                None => Wire::Undecided,
+                Some(&MAGIC_REQUEST) => Wire::Binary,
+                Some(_) => Wire::Text,
+            };
+        }
+        if self.wire == Wire::Binary {
+            self.binary_input(
+                input,
+                output,
+                budget,
+                now,
+                cluster.as_ref(),
+                standby,
+                &mut p,
+            );
+            return self.end_batch(output, p);
+        }
         while p.consumed < input.len() {
             p.consumed += self.discard.take(input.len() - p.consumed);
             if p.consumed == input.len() {
@@ -122,7 +287,7 @@ impl Session for Conn {
                 p.output_full = true;
                 break;
             }
-            if self.queue.len() >= self.in_flight_max() {
+            if self.in_flight_full() {
                 break; // resumed by on_notify once replies drain
             }
             let rest = &input[p.consumed..];
@@ -164,104 +329,18 @@ impl Session for Conn {
                 continue;
             }
             match parse(rest, &self.cell.limits) {
-                Parsed::Complete { request, consumed }
-                    if standby
-                        && (route::key_hashes(&request).is_some()
-                            || matches!(request, cellcache_proto::Request::FlushAll { .. })) =>
-                {
-                    p.consumed += consumed;
-                    let reply: &[u8] = b"SERVER_ERROR standby: this cell is not in a ring yet\r\n";
-                    if self.queue.is_empty() {
-                        output.extend_from_slice(reply);
-                    } else {
-                        self.queue.push_back(Pending::Ready(reply.to_vec()));
-                    }
-                }
                 Parsed::Complete { request, consumed } => {
                     let bytes = &rest[..consumed];
                     p.consumed += consumed;
-                    let direct = self.queue.is_empty();
-                    let mut tmp = Vec::new();
-                    let out: &mut Vec<u8> = if direct { output } else { &mut tmp };
-                    let flow = match &cluster {
-                        None => execute(&self.cell, &request, now, out, &mut self.counters),
-                        Some(cl) => {
-                            let placed_at = cl.epoch();
-                            let placement = route::place(cl, &request, false);
-                            let mut local = None;
-                            if let Placement::NoKeys | Placement::Local = placement {
-                                let start = out.len();
-                                let (flow, captured) = route::execute_local(
-                                    cl,
-                                    &request,
-                                    now,
-                                    out,
-                                    &mut self.counters,
-                                );
-                                match route::after(cl, &request, placed_at, false, captured) {
-                                    route::After::Now => local = Some(flow),
-                                    route::After::Stray => {
-                                        if out.len() > start {
-                                            out.truncate(start);
-                                            out.extend_from_slice(route::UNAVAILABLE);
-                                        }
-                                        local = Some(flow);
-                                    }
-                                    route::After::Wait(positions) => {
-                                        let reply = out.split_off(start);
-                                        let quiet = reply.is_empty();
-                                        if !direct && !tmp.is_empty() {
-                                            self.queue.push_back(Pending::Ready(std::mem::take(
-                                                &mut tmp,
-                                            )));
-                                        }
-                                        let slot = self.slot();
-                                        route::reply_after_replication(
-                                            cl,
-                                            positions,
-                                            reply,
-                                            quiet,
-                                            Box::new(move |b| slot.fill(b)),
-                                        );
-                                        local = Some(flow);
-                                    }
-                                    // The map moved the key away meanwhile: route it anew.
-                                    route::After::Reroute => out.truncate(start),
-                                }
-                            }
-                            match local {
-                                Some(flow) => flow,
-                                None => {
-                                    if !direct && !tmp.is_empty() {
-                                        self.queue
-                                            .push_back(Pending::Ready(std::mem::take(&mut tmp)));
-                                    }
-                                    let slot = self.slot();
-                                    let ctx = Ctx {
-                                        forwarded: false,
-                                        from_epoch: 0,
-                                        deadline: Instant::now()
-                                            + Duration::from_millis(cl.config.request_timeout_ms),
-                                    };
-                                    route::dispatch(
-                                        cl,
-                                        bytes.to_vec(),
-                                        ctx,
-                                        Box::new(move |r| {
-                                            slot.fill(match r {
-                                                Reply::Bytes(b) => b,
-                                                Reply::Refused(_) => route::UNAVAILABLE.to_vec(),
-                                            })
-                                        }),
-                                    );
-                                    Flow::Continue
-                                }
-                            }
-                        }
-                    };
-                    if !tmp.is_empty() {
-                        self.queue.push_back(Pending::Ready(tmp));
-                    }
+                    let flow = self.run(
+                        &request,
+                        bytes,
+                        now,
+                        cluster.as_ref(),
+                        standby,
+                        output,
+                        &Encoding::Text,
+                    );
                     if flow == Flow::Close {
                         self.closing = true;
                         break;
@@ -295,12 +374,7 @@ impl Session for Conn {
                 }
             }
         }
-        self.flush(output);
-        if self.closing && self.queue.is_empty() {
-            p.close = true;
-        }
-        self.cell.counters.absorb(&mut self.counters);
-        p
+        self.end_batch(output, p)
     }
 
     fn on_notify(&mut self, output: &mut Vec<u8>, _budget: usize) -> Progress {
