@@ -55,8 +55,8 @@ pub struct ServeArgs {
     /// connection's turn by its output (io.output_buffer_high_bytes) instead.
     #[arg(short = 'R', long, value_name = "N")]
     pub max_reqs_per_event: Option<u32>,
-    /// Protocol: auto, ascii or binary (memcached -B); this build speaks ascii, so binary is
-    /// refused [default: auto; TOML: server.binding_protocol].
+    /// Protocol: auto (by each connection's first byte), ascii or binary (memcached -B)
+    /// [default: auto; TOML: server.binding_protocol].
     #[arg(short = 'B', long, value_name = "PROTOCOL")]
     pub protocol: Option<BindingProtocol>,
     /// memcached's extended options, comma-separated, repeatable (-o idle_timeout=10,modern).

@@ -910,7 +910,7 @@ fn out_of_memory_instead_of_evicting_with_dash_m() {
 }
 
 /// `-B ascii`: memcached reads a binary request's bytes as text (no reply until a line end,
-/// then `ERROR`) and the connection stays usable; cellcache (text only) does the same.
+/// then `ERROR`) and the connection stays usable; cellcache does the same.
 #[test]
 fn binary_magic_is_read_as_text_with_dash_b_ascii() {
     let s = Server::start(&["-m", "64", "-B", "ascii"]);
@@ -921,4 +921,26 @@ fn binary_magic_is_read_as_text_with_dash_b_ascii() {
     c.roundtrip(b"version\r\n", b"ERROR\r\n");
     c.roundtrip(b"set a 0 0 1\r\n1\r\n", b"STORED\r\n");
     assert_eq!(c.stat_of("settings", "binding_protocol"), "ascii");
+}
+
+/// `-B binary`: binary frames only. A binary `version` is answered (response magic 0x81);
+/// a text line gets no text reply (cellcache closes the connection, as on any bad magic).
+#[test]
+fn only_binary_frames_with_dash_b_binary() {
+    let s = Server::start(&["-m", "64", "-B", "binary"]);
+    let mut c = s.connect();
+    let mut version_request = vec![0x80, 0x0b];
+    version_request.resize(24, 0);
+    c.send(&version_request);
+    let header = c.read_exact_len(24);
+    assert_eq!(header[0], 0x81, "a binary response");
+    assert_eq!(header[1], 0x0b, "to version");
+    let body = u32::from_be_bytes([header[8], header[9], header[10], header[11]]) as usize;
+    assert!(c.read_exact_len(body).starts_with(b"1."));
+    if common::is_memcached() {
+        return;
+    }
+    let mut c = s.connect();
+    c.send(b"version\r\n");
+    assert!(c.is_closed(), "no text protocol with -B binary");
 }

@@ -192,9 +192,10 @@ pub struct ServerConfig {
     /// Honour `flush_all` (on by default); off (memcached `-F`) answers it
     /// `CLIENT_ERROR flush_all not allowed`, as memcached.
     pub flush_enabled: bool,
-    /// Which protocol clients speak (memcached `-B`): `auto` or `ascii` (this build speaks
-    /// the text protocol only, and reads a binary request as text, exactly as memcached
-    /// `-B ascii` does); `binary` is refused at start until the binary protocol lands.
+    /// Which protocol clients speak (memcached `-B`): `auto` (each connection by its first
+    /// byte, 0x80 for binary), `ascii` (a binary request is read as text, exactly as
+    /// memcached `-B ascii` does) or `binary` (only binary frames; anything else closes
+    /// the connection as a bad magic byte does).
     pub binding_protocol: BindingProtocol,
 }
 
@@ -347,13 +348,6 @@ impl NodeConfig {
                 limits.value_bytes_max(),
                 limits.item_size_max
             )));
-        }
-        if self.server.binding_protocol == BindingProtocol::Binary {
-            return Err(ConfigError::Invalid(
-                "server.binding_protocol = binary (-B binary): this build speaks the text \
-                 protocol only; use auto or ascii"
-                    .into(),
-            ));
         }
         let c = &self.cluster;
         if !(1..=5).contains(&c.replication_factor) {

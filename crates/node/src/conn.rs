@@ -10,15 +10,23 @@
 //! queue is bounded (`cluster.in_flight_per_connection_max`): past it the connection stops
 //! consuming input until replies drain.
 //!
+//! The first byte of a connection picks its protocol for the connection's life, as in
+//! memcached: `0x80` is the binary protocol (`crate::binary`), anything else text. Binary
+//! frames run through the same [`Conn::run`] as text requests, so both share the store,
+//! the ring's routing, replication, stats and this reply order.
+//!
 //! The discard debt survives between batches: after a rejected storage command, memcached
 //! swallows the announced data block, which may arrive over several reads. Counters are
 //! folded into the cell's totals once per batch.
 
+use crate::binary::Encoding;
 use crate::cell::Cell;
+use crate::cluster::Cluster;
 use crate::cluster::route::{self, Ctx, Placement, Reply};
 use crate::counters::LocalCounters;
 use crate::local::{Flow, execute};
 use cellcache_io::{Notify, Progress, Service, Session};
+use cellcache_proto::binary::MAGIC_REQUEST;
 use cellcache_proto::{Discard, Parsed, Request, RetrieveRest, parse, parse_retrieve_rest};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -42,6 +50,7 @@ impl Service for ClientService {
             closing: false,
             retrieve_rest: None,
             skip_line: false,
+            wire: Wire::Undecided,
         }
     }
 }
@@ -64,15 +73,28 @@ enum Pending {
     Wait(Arc<Slot>),
 }
 
+/// The protocol a connection speaks, decided by its first byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wire {
+    Undecided,
+    Text,
+    Binary,
+}
+
+/// The reply every keyed request gets from a standby cell (not in a ring yet).
+const STANDBY: &[u8] = b"SERVER_ERROR standby: this cell is not in a ring yet\r\n";
+
+/// One connection's state; owned by the engine thread that owns the connection.
 pub struct Conn {
-    cell: Arc<Cell>,
-    discard: Discard,
-    counters: LocalCounters,
+    pub(crate) cell: Arc<Cell>,
+    pub(crate) discard: Discard,
+    pub(crate) counters: LocalCounters,
     notify: Notify,
     queue: VecDeque<Pending>,
     /// `quit` (or `shutdown`) was executed behind replies still in flight: close once they
     /// are written, read nothing more.
-    closing: bool,
+    pub(crate) closing: bool,
+    wire: Wire,
     /// Inside a retrieval line taken in batches (`Parsed::Partial`): the rest of the line
     /// is parsed with `parse_retrieve_rest`, and only its last batch's reply ends in `END`.
     retrieve_rest: Option<RetrieveRest>,
@@ -104,44 +126,61 @@ impl Conn {
         slot
     }
 
-    fn in_flight_max(&self) -> usize {
-        self.cell.config.cluster.in_flight_per_connection_max
+    /// Whether the queue of replies in flight is full (stop consuming input until it drains).
+    pub(crate) fn in_flight_full(&self) -> bool {
+        self.queue.len() >= self.cell.config.cluster.in_flight_per_connection_max
     }
 
-    /// Executes one complete request (`bytes` is its wire form, for forwarding) and queues
-    /// its reply in order; `end: false` drops the final `END` of a retrieval batch's reply.
-    fn run(
+    /// Appends a reply that is complete now: to the output when nothing waits before it,
+    /// else behind what waits.
+    pub(crate) fn emit(&mut self, reply: Vec<u8>, output: &mut Vec<u8>) {
+        if reply.is_empty() {
+            return;
+        }
+        if self.queue.is_empty() {
+            output.extend_from_slice(&reply);
+        } else {
+            self.queue.push_back(Pending::Ready(reply));
+        }
+    }
+
+    /// Executes one complete request (`bytes` is its wire form, for forwarding) here or
+    /// through the ring, and queues its reply in order, re-encoded by `encoding`;
+    /// `end: false` drops the final `END` of a retrieval batch's reply.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn run(
         &mut self,
         request: &Request<'_>,
         bytes: &[u8],
         now: u32,
-        cluster: &Option<Arc<crate::cluster::Cluster>>,
+        cluster: Option<&Arc<Cluster>>,
+        standby: bool,
         output: &mut Vec<u8>,
+        encoding: &Encoding,
         end: bool,
     ) -> Flow {
-        let standby = cluster.is_none() && self.cell.config.cluster.enabled;
         if standby
             && (route::key_hashes(request).is_some() || matches!(request, Request::FlushAll { .. }))
         {
-            self.reply_bytes(
-                b"SERVER_ERROR standby: this cell is not in a ring yet\r\n".to_vec(),
-                output,
-            );
+            self.emit(encoding.finish(STANDBY.to_vec()), output);
             return Flow::Continue;
         }
         if let Request::FlushAll { noreply, .. } = request {
             // -F, decided where the client's request enters, before a ring broadcasts it.
             let mut refusal = Vec::new();
             if !crate::local::flush_allowed(&self.cell, *noreply, &mut refusal) {
-                self.reply_bytes(refusal, output);
+                self.emit(encoding.finish(refusal), output);
                 return Flow::Continue;
             }
         }
-        let bytes = bytes.to_vec();
-        let direct = self.queue.is_empty();
+        // A text reply goes straight to the output when nothing waits before it; a binary
+        // one is composed as text first and re-encoded.
+        let direct = self.queue.is_empty() && encoding.is_text();
         let mut tmp = Vec::new();
+        // The reply went to a slot (filled later, re-encoded by the filler).
+        let mut slotted = false;
         let out: &mut Vec<u8> = if direct { output } else { &mut tmp };
-        let flow = match &cluster {
+        let flow = match cluster {
             None => {
                 let start = out.len();
                 let flow = execute(&self.cell, request, now, out, &mut self.counters);
@@ -167,19 +206,18 @@ impl Conn {
                             local = Some(flow);
                         }
                         route::After::Wait(positions) => {
+                            // Everything this request wrote (`tmp` holds nothing else).
                             let reply = out.split_off(start);
                             let quiet = reply.is_empty();
-                            if !direct && !tmp.is_empty() {
-                                self.queue
-                                    .push_back(Pending::Ready(std::mem::take(&mut tmp)));
-                            }
                             let slot = self.slot();
+                            slotted = true;
+                            let enc = encoding.clone();
                             route::reply_after_replication(
                                 cl,
                                 positions,
                                 reply,
                                 quiet,
-                                Box::new(move |b| slot.fill(b)),
+                                Box::new(move |b| slot.fill(enc.finish(b))),
                             );
                             local = Some(flow);
                         }
@@ -190,11 +228,8 @@ impl Conn {
                 match local {
                     Some(flow) => flow,
                     None => {
-                        if !direct && !tmp.is_empty() {
-                            self.queue
-                                .push_back(Pending::Ready(std::mem::take(&mut tmp)));
-                        }
                         let slot = self.slot();
+                        slotted = true;
                         let ctx = Ctx {
                             forwarded: false,
                             from_epoch: 0,
@@ -202,18 +237,19 @@ impl Conn {
                             deadline: Instant::now()
                                 + Duration::from_millis(cl.config.request_timeout_ms),
                         };
+                        let enc = encoding.clone();
                         route::dispatch(
                             cl,
-                            bytes,
+                            bytes.to_vec(),
                             ctx,
                             Box::new(move |r| {
-                                slot.fill(match r {
+                                slot.fill(enc.finish(match r {
                                     Reply::Bytes(mut b) => {
                                         strip_end(&mut b, 0, end);
                                         b
                                     }
                                     Reply::Refused(_) => route::UNAVAILABLE.to_vec(),
-                                })
+                                }))
                             }),
                         );
                         Flow::Continue
@@ -221,10 +257,21 @@ impl Conn {
                 }
             }
         };
-        if !tmp.is_empty() {
-            self.queue.push_back(Pending::Ready(tmp));
+        if !direct && !slotted {
+            self.emit(encoding.finish(tmp), output);
         }
         flow
+    }
+
+    /// Writes what is in order, closes after `quit`, folds the counters: the end of every
+    /// batch of input.
+    fn end_batch(&mut self, output: &mut Vec<u8>, mut p: Progress) -> Progress {
+        self.flush(output);
+        if self.closing && self.queue.is_empty() {
+            p.close = true;
+        }
+        self.cell.counters.absorb(&mut self.counters);
+        p
     }
 
     /// One batch of a retrieval line taken in parts: a `Request::Retrieve` of its keys,
@@ -234,7 +281,8 @@ impl Conn {
         &mut self,
         request: &Request<'_>,
         now: u32,
-        cluster: &Option<Arc<crate::cluster::Cluster>>,
+        cluster: Option<&Arc<Cluster>>,
+        standby: bool,
         output: &mut Vec<u8>,
         end: bool,
     ) {
@@ -243,22 +291,31 @@ impl Conn {
         };
         if r.keys.is_empty() {
             if end {
-                self.reply_bytes(b"END\r\n".to_vec(), output);
+                self.emit(b"END\r\n".to_vec(), output);
             }
             return;
         }
         let mut bytes = Vec::new();
         request.encode(&mut bytes);
-        self.run(request, &bytes, now, cluster, output, end);
+        self.run(
+            request,
+            &bytes,
+            now,
+            cluster,
+            standby,
+            output,
+            &Encoding::Text,
+            end,
+        );
     }
 
     /// Deletes `key` as a refused too-large write does: here, or in a ring at its master,
     /// through replication and in order with the requests around it (its reply dropped).
-    fn unlink(
+    pub(crate) fn unlink(
         &mut self,
         key: cellcache_proto::MetaKey<'_>,
         now: u32,
-        cluster: &Option<Arc<crate::cluster::Cluster>>,
+        cluster: Option<&Arc<Cluster>>,
     ) {
         let Some(cl) = cluster else {
             let mut buf = [0; cellcache_proto::token::BINARY_KEY_BYTES_MAX];
@@ -280,15 +337,6 @@ impl Conn {
         };
         route::dispatch(cl, md, ctx, Box::new(|_| {}));
     }
-
-    /// Sends `reply` now, or after the replies still in flight.
-    fn reply_bytes(&mut self, reply: Vec<u8>, output: &mut Vec<u8>) {
-        if self.queue.is_empty() {
-            output.extend_from_slice(&reply);
-        } else {
-            self.queue.push_back(Pending::Ready(reply));
-        }
-    }
 }
 
 impl Session for Conn {
@@ -302,6 +350,29 @@ impl Session for Conn {
         }
         let cluster = self.cell.cluster.get().cloned();
         let standby = cluster.is_none() && self.cell.config.cluster.enabled;
+        if self.wire == Wire::Undecided {
+            use crate::config::BindingProtocol;
+            self.wire = match (self.cell.config.server.binding_protocol, input.first()) {
+                (_, None) => Wire::Undecided,
+                (BindingProtocol::Ascii, _) => Wire::Text,
+                (BindingProtocol::Binary, _) | (BindingProtocol::Auto, Some(&MAGIC_REQUEST)) => {
+                    Wire::Binary
+                }
+                (BindingProtocol::Auto, Some(_)) => Wire::Text,
+            };
+        }
+        if self.wire == Wire::Binary {
+            self.binary_input(
+                input,
+                output,
+                budget,
+                now,
+                cluster.as_ref(),
+                standby,
+                &mut p,
+            );
+            return self.end_batch(output, p);
+        }
         while p.consumed < input.len() {
             p.consumed += self.discard.take(input.len() - p.consumed);
             if p.consumed == input.len() {
@@ -311,7 +382,7 @@ impl Session for Conn {
                 p.output_full = true;
                 break;
             }
-            if self.queue.len() >= self.in_flight_max() {
+            if self.in_flight_full() {
                 break; // resumed by on_notify once replies drain
             }
             let rest = &input[p.consumed..];
@@ -336,12 +407,12 @@ impl Session for Conn {
                         request, consumed, ..
                     } => {
                         p.consumed += consumed;
-                        self.run_batch(&request, now, &cluster, output, false);
+                        self.run_batch(&request, now, cluster.as_ref(), standby, output, false);
                     }
                     Parsed::Complete { request, consumed } => {
                         p.consumed += consumed;
                         self.retrieve_rest = None;
-                        self.run_batch(&request, now, &cluster, output, true);
+                        self.run_batch(&request, now, cluster.as_ref(), standby, output, true);
                     }
                     Parsed::Error(e) => {
                         p.consumed += e.consumed;
@@ -350,7 +421,7 @@ impl Session for Conn {
                         self.counters.protocol_errors += 1;
                         let mut line = Vec::new();
                         e.reply.encode(&mut line);
-                        self.reply_bytes(line, output);
+                        self.emit(line, output);
                     }
                 }
                 continue;
@@ -393,19 +464,6 @@ impl Session for Conn {
                 continue;
             }
             match parse(rest, &self.cell.limits) {
-                Parsed::Complete { request, consumed }
-                    if standby
-                        && (route::key_hashes(&request).is_some()
-                            || matches!(request, cellcache_proto::Request::FlushAll { .. })) =>
-                {
-                    p.consumed += consumed;
-                    let reply: &[u8] = b"SERVER_ERROR standby: this cell is not in a ring yet\r\n";
-                    if self.queue.is_empty() {
-                        output.extend_from_slice(reply);
-                    } else {
-                        self.queue.push_back(Pending::Ready(reply.to_vec()));
-                    }
-                }
                 Parsed::Partial {
                     request,
                     consumed,
@@ -413,11 +471,21 @@ impl Session for Conn {
                 } => {
                     p.consumed += consumed;
                     self.retrieve_rest = Some(batch);
-                    self.run_batch(&request, now, &cluster, output, false);
+                    self.run_batch(&request, now, cluster.as_ref(), standby, output, false);
                 }
                 Parsed::Complete { request, consumed } => {
+                    let bytes = &rest[..consumed];
                     p.consumed += consumed;
-                    let flow = self.run(&request, &rest[..consumed], now, &cluster, output, true);
+                    let flow = self.run(
+                        &request,
+                        bytes,
+                        now,
+                        cluster.as_ref(),
+                        standby,
+                        output,
+                        &Encoding::Text,
+                        true,
+                    );
                     if flow == Flow::Close {
                         self.closing = true;
                         break;
@@ -438,7 +506,7 @@ impl Session for Conn {
                     if let Some(key) = e.failed_set_key {
                         // memcached drops the old value when a set or ms is refused as
                         // too large, so a reader never sees the value the client replaced.
-                        self.unlink(key, now, &cluster);
+                        self.unlink(key, now, cluster.as_ref());
                     }
                     p.consumed += e.consumed;
                     self.discard = e.discard();
@@ -450,12 +518,7 @@ impl Session for Conn {
                 }
             }
         }
-        self.flush(output);
-        if self.closing && self.queue.is_empty() {
-            p.close = true;
-        }
-        self.cell.counters.absorb(&mut self.counters);
-        p
+        self.end_batch(output, p)
     }
 
     fn on_notify(&mut self, output: &mut Vec<u8>, _budget: usize) -> Progress {

@@ -2,11 +2,14 @@
 //!
 //! Data flow of one request: `io` engine → [`conn`] (a `Session`: framing, pipelining,
 //! reply order) → `proto::parse` → [`local`] (executes against the store; [`meta`] for the
-//! meta commands, [`stats`] for `stats`) → reply bytes → back to the engine.
+//! meta commands, [`stats`] for `stats`) → reply bytes → back to the engine. A binary
+//! protocol connection goes through [`binary`], which runs each frame as a meta command on
+//! the same path and re-encodes the reply.
 //!
 //! Architecture invariant: the node is the only crate that reads the clock; it passes
 //! `now` into the store once per batch of input.
 
+pub mod binary;
 pub mod cell;
 pub mod cluster;
 pub mod config;

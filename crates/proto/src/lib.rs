@@ -9,6 +9,8 @@
 //! [`write_value_header`] / [`write_meta_header`] so values are copied once,
 //! straight from the store into the output buffer.
 //!
+//! The binary protocol (magic `0x80`) has its own codec in [`binary`].
+//!
 //! Client direction (load generator, inter-cell forwarder):
 //! [`Request::encode`] and [`parse_reply`].
 //!
@@ -22,6 +24,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod binary;
 mod error;
 pub mod limits;
 pub mod meta;

@@ -89,7 +89,9 @@ impl Server {
     pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
         let n = test_ring_size();
         let ring_member = extra.iter().any(|a| *a == "--join" || *a == "--standby");
-        if n < 2 || ring_member || extra.contains(&"--standalone") {
+        // `-B binary` leaves no text port to form a ring through (`cluster …` is text).
+        let binary_only = extra.windows(2).any(|w| w == ["-B", "binary"]);
+        if n < 2 || ring_member || binary_only || extra.contains(&"--standalone") {
             return Self::start_one(extra, env);
         }
         let mut cells = vec![Self::start_one(extra, env)];
@@ -199,13 +201,22 @@ impl Server {
             if let Ok(Some(_)) = self.child.try_wait() {
                 return false; // exited: port taken or bad flags
             }
-            if let Ok(mut c) = TcpStream::connect(self.addr) {
-                c.set_read_timeout(Some(REPLY_TIMEOUT)).unwrap();
-                if c.write_all(b"version\r\n").is_ok() {
-                    let mut buf = [0u8; 64];
-                    if let Ok(n) = c.read(&mut buf) {
-                        if buf[..n].starts_with(b"VERSION ") {
-                            return true;
+            // A text `version`, or a binary one (a server started with `-B binary`).
+            let mut binary_version = vec![0x80, 0x0b];
+            binary_version.resize(24, 0);
+            let probes: [(&[u8], &[u8]); 2] = [
+                (b"version\r\n", b"VERSION "),
+                (&binary_version, &[0x81, 0x0b]),
+            ];
+            for (probe, answer) in probes {
+                if let Ok(mut c) = TcpStream::connect(self.addr) {
+                    c.set_read_timeout(Some(REPLY_TIMEOUT)).unwrap();
+                    if c.write_all(probe).is_ok() {
+                        let mut buf = [0u8; 64];
+                        if let Ok(n) = c.read(&mut buf) {
+                            if buf[..n].starts_with(answer) {
+                                return true;
+                            }
                         }
                     }
                 }
