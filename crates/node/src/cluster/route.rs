@@ -117,15 +117,22 @@ fn noreply(req: &Request<'_>) -> bool {
 
 /// Decides where `req` runs under the installed map at `now_ms`.
 pub fn place(cl: &Cluster, req: &Request<'_>, forwarded: bool) -> Placement {
-    use super::stats::{Group, Kind};
+    use super::stats::Kind;
     use cellcache_proto::StatsGroup;
     let whole_ring = match req {
         Request::FlushAll { .. } | Request::Stats(StatsGroup::Reset) => Some(Placement::Broadcast),
         Request::Stats(StatsGroup::General) => Some(Placement::Stats(Kind::Ring)),
         Request::Stats(StatsGroup::Other(b"cells")) => Some(Placement::Stats(Kind::Cells)),
-        Request::Stats(StatsGroup::Items) => Some(Placement::Stats(Kind::Merge(Group::Items))),
-        Request::Stats(StatsGroup::Slabs) => Some(Placement::Stats(Kind::Merge(Group::Slabs))),
-        Request::Stats(StatsGroup::Sizes) => Some(Placement::Stats(Kind::Merge(Group::Sizes))),
+        Request::Stats(StatsGroup::Items | StatsGroup::Slabs | StatsGroup::Sizes) => {
+            Some(Placement::Stats(Kind::Merge))
+        }
+        Request::Stats(StatsGroup::Other(b"detail dump")) => Some(Placement::Stats(Kind::Merge)),
+        Request::Stats(StatsGroup::Other(args)) if args.starts_with(b"cachedump ") => {
+            Some(Placement::Stats(Kind::Merge))
+        }
+        Request::Stats(StatsGroup::Other(b"detail on" | b"detail off")) => {
+            Some(Placement::Broadcast)
+        }
         _ => None,
     };
     if let Some(p) = whole_ring {
@@ -332,7 +339,7 @@ pub fn dispatch(cl: &Arc<Cluster>, bytes: Vec<u8>, ctx: Ctx, done: Done) {
         Placement::Broadcast => {
             broadcast(cl, bytes, ctx, quiet, done);
         }
-        Placement::Stats(kind) => super::stats::gather(cl, kind, done),
+        Placement::Stats(kind) => super::stats::gather(cl, kind, bytes, done),
     }
 }
 

@@ -161,36 +161,9 @@ pub enum Kind {
     Ring,
     /// `stats cells`: every cell's own figures, prefixed.
     Cells,
-    /// `stats items`, `stats slabs` or `stats sizes`: the same group of every cell, merged
-    /// name by name ([`merge`]).
-    Merge(Group),
-}
-
-/// A stats group whose per-cell answers merge into the ring's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Group {
-    Items,
-    Slabs,
-    Sizes,
-}
-
-impl Group {
-    fn stats_group(self) -> cellcache_proto::StatsGroup<'static> {
-        use cellcache_proto::StatsGroup;
-        match self {
-            Group::Items => StatsGroup::Items,
-            Group::Slabs => StatsGroup::Slabs,
-            Group::Sizes => StatsGroup::Sizes,
-        }
-    }
-
-    fn request(self) -> &'static [u8] {
-        match self {
-            Group::Items => b"stats items\r\n",
-            Group::Slabs => b"stats slabs\r\n",
-            Group::Sizes => b"stats sizes\r\n",
-        }
-    }
+    /// `stats items`, `slabs`, `sizes`, `detail dump` or `cachedump`: the same request to
+    /// every cell, the answers merged ([`merge_replies`]).
+    Merge,
 }
 
 /// Fields of `stats items`/`stats slabs` that are a bound or an age, not an amount: the
@@ -243,6 +216,88 @@ pub fn merge(answers: &[Vec<(String, String)>]) -> Vec<(String, String)> {
     out
 }
 
+/// Every cell's answer to the same stats request merged into the ring's: `STAT` lines by
+/// name ([`merge`]), `PREFIX` lines of `stats detail dump` by prefix (counts summed), `ITEM`
+/// lines of `stats cachedump` once per key (a backup copy is the same item). An answer that
+/// is not such lines (an error) is the entry cell's answer as it is.
+pub fn merge_replies(entry: &[u8], others: &[Vec<u8>]) -> Vec<u8> {
+    let lines = |reply: &[u8]| -> Option<Vec<String>> {
+        let text = std::str::from_utf8(reply).ok()?.strip_suffix("END\r\n")?;
+        Some(text.split_terminator("\r\n").map(str::to_string).collect())
+    };
+    let Some(first) = lines(entry) else {
+        return entry.to_vec();
+    };
+    let all: Vec<Vec<String>> = std::iter::once(first)
+        .chain(others.iter().filter_map(|o| lines(o)))
+        .collect();
+    let mut out = Vec::new();
+    let kind = all
+        .iter()
+        .flatten()
+        .next()
+        .and_then(|l| l.split(' ').next());
+    match kind {
+        Some("STAT") => {
+            let parsed: Vec<_> = all
+                .iter()
+                .map(|ls| {
+                    let mut text = ls.join("\r\n");
+                    text.push_str("\r\nEND\r\n");
+                    parse(text.as_bytes()).unwrap_or_default()
+                })
+                .collect();
+            write(&mut out, "", &merge(&parsed));
+        }
+        Some("PREFIX") => {
+            // PREFIX <p> get N hit N set N del N
+            let mut prefixes: Vec<(String, Vec<(String, u64)>)> = Vec::new();
+            for line in all.iter().flatten() {
+                let words: Vec<&str> = line.split(' ').collect();
+                let Some(name) = words.get(1) else { continue };
+                let counts: Vec<(String, u64)> = words[2..]
+                    .chunks(2)
+                    .map(|kv| {
+                        (
+                            kv[0].to_string(),
+                            kv.get(1).and_then(|v| v.parse().ok()).unwrap_or(0),
+                        )
+                    })
+                    .collect();
+                match prefixes.iter_mut().find(|(p, _)| p == name) {
+                    Some((_, sums)) => {
+                        for ((_, sum), (_, n)) in sums.iter_mut().zip(&counts) {
+                            *sum += n;
+                        }
+                    }
+                    None => prefixes.push((name.to_string(), counts)),
+                }
+            }
+            for (name, counts) in prefixes {
+                out.extend_from_slice(format!("PREFIX {name}").as_bytes());
+                for (k, n) in counts {
+                    out.extend_from_slice(format!(" {k} {n}").as_bytes());
+                }
+                out.extend_from_slice(b"\r\n");
+            }
+        }
+        Some(_) => {
+            // ITEM <key> [...]: each item once.
+            let mut seen = std::collections::HashSet::new();
+            for line in all.iter().flatten() {
+                let key = line.split(' ').nth(1).unwrap_or("");
+                if seen.insert(key.to_string()) {
+                    out.extend_from_slice(line.as_bytes());
+                    out.extend_from_slice(b"\r\n");
+                }
+            }
+        }
+        None => {}
+    }
+    out.extend_from_slice(b"END\r\n");
+    out
+}
+
 /// Strips a stats answer's `END` line, if any.
 fn without_end(mut reply: Vec<u8>) -> Vec<u8> {
     if reply.ends_with(b"END\r\n") {
@@ -251,8 +306,9 @@ fn without_end(mut reply: Vec<u8>) -> Vec<u8> {
     reply
 }
 
-/// Asks every Active cell for its figures (this one locally) and answers `done`.
-pub fn gather(cl: &Arc<Cluster>, kind: Kind, done: Done) {
+/// Asks every Active cell for its figures (this one locally) and answers `done`; `request`
+/// is the client's (what [`Kind::Merge`] asks every cell).
+pub fn gather(cl: &Arc<Cluster>, kind: Kind, request: Vec<u8>, done: Done) {
     let (others, rf): (Vec<CellId>, u8) = {
         let ring = cl.ring.lock();
         let map = ring.map();
@@ -264,16 +320,21 @@ pub fn gather(cl: &Arc<Cluster>, kind: Kind, done: Done) {
             map.replication_factor(),
         )
     };
-    let (request, mine) = match kind {
+    let mut mine = Vec::new();
+    let request = match kind {
         Kind::Ring | Kind::Cells => {
-            let mut mine = Vec::new();
             local_cell_stats(cl, &mut mine);
-            (CELL_STATS, mine)
+            CELL_STATS.to_vec()
         }
-        Kind::Merge(group) => {
-            let mut mine = Vec::new();
-            crate::stats::reply(&cl.cell, &group.stats_group(), cl.cell.now(), &mut mine);
-            (group.request(), mine)
+        Kind::Merge => {
+            if let cellcache_proto::Parsed::Complete {
+                request: cellcache_proto::Request::Stats(group),
+                ..
+            } = cellcache_proto::parse(&request, &cl.cell.limits)
+            {
+                crate::stats::reply(&cl.cell, &group, cl.cell.now(), &mut mine);
+            }
+            request
         }
     };
     let me = cl.me.clone();
@@ -282,12 +343,13 @@ pub fn gather(cl: &Arc<Cluster>, kind: Kind, done: Done) {
     cl.handle.spawn(async move {
         let calls = others.into_iter().map(|id| {
             let link = cl2.link(&id);
+            let request = request.clone();
             async move {
                 let answer = match link {
                     Some(link) => {
-                        let call = link.call(FrameKind::ForwardRequest, request.to_vec());
+                        let call = link.call(FrameKind::ForwardRequest, request);
                         match tokio::time::timeout(timeout, call).await {
-                            Ok(Ok(f)) if f.kind == FrameKind::ForwardReply => parse(&f.payload),
+                            Ok(Ok(f)) if f.kind == FrameKind::ForwardReply => Some(f.payload),
                             _ => None,
                         }
                     }
@@ -304,6 +366,15 @@ pub fn gather(cl: &Arc<Cluster>, kind: Kind, done: Done) {
                 answers.push(answer);
             }
         }
+        if kind == Kind::Merge {
+            let others: Vec<_> = answers.into_iter().filter_map(|(_, a)| a).collect();
+            done(Reply::Bytes(merge_replies(&mine, &others)));
+            return;
+        }
+        let answers: Vec<_> = answers
+            .into_iter()
+            .map(|(id, a)| (id, a.and_then(|a| parse(&a))))
+            .collect();
         let entry = parse(&mine).unwrap_or_default();
         let mut out = Vec::new();
         match kind {
@@ -325,12 +396,7 @@ pub fn gather(cl: &Arc<Cluster>, kind: Kind, done: Done) {
                     }
                 }
             }
-            Kind::Merge(_) => {
-                let all: Vec<_> = std::iter::once(entry)
-                    .chain(answers.into_iter().filter_map(|(_, a)| a))
-                    .collect();
-                write(&mut out, "", &merge(&all));
-            }
+            Kind::Merge => {}
         }
         out.extend_from_slice(b"END\r\n");
         done(Reply::Bytes(out));
@@ -441,6 +507,32 @@ mod tests {
         assert_eq!(slabs[0].1, "96", "a class's chunk size is not a sum");
         assert_eq!(slabs[1].1, "5");
         assert_eq!(slabs[2], ("active_slabs".to_string(), "1".to_string()));
+    }
+
+    #[test]
+    fn detail_dumps_sum_per_prefix_and_cachedumps_list_each_item_once() {
+        let a =
+            b"PREFIX user get 3 hit 1 set 2 del 0\r\nPREFIX x get 1 hit 1 set 1 del 1\r\nEND\r\n";
+        let b = b"PREFIX user get 1 hit 1 set 0 del 4\r\nEND\r\n".to_vec();
+        assert_eq!(
+            merge_replies(a, &[b]),
+            b"PREFIX user get 4 hit 2 set 2 del 4\r\nPREFIX x get 1 hit 1 set 1 del 1\r\nEND\r\n"
+        );
+        let a = b"ITEM k1 [1 b; 0 s]\r\nITEM k2 [1 b; 0 s]\r\nEND\r\n";
+        let b = b"ITEM k2 [1 b; 0 s]\r\nITEM k3 [2 b; 0 s]\r\nEND\r\n".to_vec();
+        assert_eq!(
+            merge_replies(a, &[b]),
+            b"ITEM k1 [1 b; 0 s]\r\nITEM k2 [1 b; 0 s]\r\nITEM k3 [2 b; 0 s]\r\nEND\r\n"
+        );
+        assert_eq!(
+            merge_replies(b"ERROR\r\n", &[b"END\r\n".to_vec()]),
+            b"ERROR\r\n"
+        );
+        let stat = merge_replies(
+            b"STAT items:1:number 2\r\nEND\r\n",
+            &[b"STAT items:1:number 3\r\nEND\r\n".to_vec()],
+        );
+        assert_eq!(stat, b"STAT items:1:number 5\r\nEND\r\n");
     }
 
     #[test]
