@@ -94,7 +94,7 @@ fn parse_log_format(s: &str) -> Result<LogFormat, String> {
 impl ServeArgs {
     /// Defaults < file < environment < these flags.
     pub fn resolve(&self) -> anyhow::Result<NodeConfig> {
-        let mut c = NodeConfig::load(self.config.as_deref()).context("loading configuration")?;
+        let mut c = NodeConfig::load(self.config.as_deref())?;
         if let Some(v) = self.listen {
             c.server.listen = v;
         }
@@ -186,12 +186,22 @@ fn init_logging(config: &NodeConfig) -> anyhow::Result<()> {
         .with_context(|| format!("bad log level {:?}", config.log.level))?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(log_colour(
+            std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            std::env::var_os("NO_COLOR").as_deref(),
+        ))
         .with_writer(std::io::stderr);
     match config.log.format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
     Ok(())
+}
+
+/// Colour codes only for a person at a terminal: a log file or pipe gets plain text, and a
+/// non-empty `NO_COLOR` (no-color.org) turns colour off everywhere.
+fn log_colour(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 /// SIGTERM/SIGINT start a graceful shutdown; a second one exits at once.
@@ -217,7 +227,15 @@ fn watch_signals(shutdown: cellcache_io::Shutdown) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_size;
+    use super::{log_colour, parse_size};
+
+    #[test]
+    fn logs_are_coloured_only_on_a_terminal_without_no_color() {
+        assert!(log_colour(true, None));
+        assert!(log_colour(true, Some("".as_ref())));
+        assert!(!log_colour(true, Some("1".as_ref())));
+        assert!(!log_colour(false, None));
+    }
 
     #[test]
     fn sizes_parse_like_memcached() {
