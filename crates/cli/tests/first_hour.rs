@@ -132,3 +132,31 @@ fn a_log_file_gets_no_colour_codes() {
         "colour codes in a log file:\n{text}"
     );
 }
+
+/// MemTotal of this machine in MiB (the test runs on Linux, where /proc is mounted).
+fn mem_total_mib() -> u64 {
+    let text = std::fs::read_to_string("/proc/meminfo").expect("/proc/meminfo");
+    let kb: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("MemTotal");
+    kb >> 10
+}
+
+#[test]
+fn a_memory_limit_above_the_machine_is_a_clear_error_not_an_abort() {
+    // Four times what the machine has: refused before a byte is allocated, with an exit
+    // status (1), not SIGABRT from a failed allocation.
+    let mib = (mem_total_mib() * 4).to_string();
+    for mode in [&["--standalone"][..], &[][..]] {
+        let mut cmd = cellcache();
+        cmd.args(["serve", "-p", "0", "-m", &mib])
+            .args(mode)
+            .env("RUST_BACKTRACE", "1");
+        let line = one_error_line(&run(cmd));
+        assert!(line.contains("memory"), "{line}");
+        assert!(line.contains("-m"), "names the flag to change: {line}");
+    }
+}

@@ -13,6 +13,7 @@ pub mod config;
 pub mod conn;
 pub mod counters;
 pub mod local;
+pub mod memory;
 pub mod meta;
 pub mod stats;
 
@@ -33,6 +34,7 @@ impl Node {
     /// Allocates the store, binds the listener and starts the engine's threads.
     pub fn start(mut config: NodeConfig, shutdown: Shutdown) -> anyhow::Result<Node> {
         config.validate()?;
+        memory::check_fits(config.store.memory_limit_bytes)?;
         let limits = config.protocol_limits();
         let c = &config.cluster;
         let repl = cluster::repl::Replicator::new(cluster::repl::ReplPolicy {
