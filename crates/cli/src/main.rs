@@ -3,11 +3,12 @@
 //! environment < flags (see `cellcache.example.toml`).
 
 mod ctl;
+mod help;
 mod serve;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Subcommand};
 
-#[derive(Parser)]
+#[derive(clap::Parser)]
 #[command(
     name = "cellcache",
     version,
@@ -29,9 +30,10 @@ enum Command {
     /// `bench compare` runs memcached and cellcache side by side, `bench capacity` fills until
     /// evictions start, `bench plot` draws a report.
     Bench(Box<cellcache_bench::BenchArgs>),
-    /// Operator tools for a ring: status, ranges, leave.
+    /// Operator tools for a ring: status, ranges, split, leave.
     Ctl(ctl::CtlArgs),
-    /// Local rings for trying cellcache out: `cluster up --cells 3`.
+    /// Local rings for trying cellcache out: `cluster up --cells 3`, `cluster down`,
+    /// `cluster pid`.
     Cluster(ctl::ClusterArgs),
     /// Show which I/O engines this kernel allows (and why io_uring is not, when it is not).
     Engines(EnginesArgs),
@@ -64,7 +66,14 @@ fn engines(args: EnginesArgs) -> anyhow::Result<()> {
 }
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    // `serve` and `config` show each flag's default and TOML key (see `help`).
+    let command = Cli::command()
+        .mut_subcommand("serve", help::annotate_serve)
+        .mut_subcommand("config", help::annotate_serve);
+    let cli = match Cli::from_arg_matches(&command.get_matches()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Engines(args) => engines(args),

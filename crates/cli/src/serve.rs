@@ -24,7 +24,8 @@ pub struct ServeArgs {
     /// Maximum simultaneous connections.
     #[arg(short = 'c', long, value_name = "MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
-    /// Memory for items, in megabytes (arena + index, preallocated at start).
+    /// Memory for items, in megabytes (arena + index, all reserved at start; more than the
+    /// machine has available is refused).
     #[arg(short = 'm', long, value_name = "MEGABYTES")]
     pub memory_limit: Option<usize>,
     /// Largest item (key + value + header), e.g. 1m, 512k; raises the slab size if needed.
@@ -45,18 +46,17 @@ pub struct ServeArgs {
     /// Log format: text or json.
     #[arg(long, value_name = "FORMAT", value_parser = parse_log_format)]
     pub log_format: Option<LogFormat>,
-    /// Join the ring through this cell's client address (host:port); without it the cell
-    /// bootstraps a ring of one.
+    /// Join the ring through this cell's client address (host:port).
     #[arg(long, value_name = "HOST:PORT")]
     pub join: Option<String>,
-    /// Inter-cell port (default: client port + 10000, or any free port).
+    /// Inter-cell port (with client port 0: any free port).
     #[arg(long, value_name = "PORT")]
     pub peer_port: Option<u16>,
     /// Wait outside any ring until `cellcache ctl split CELL --new THIS` brings it in.
     #[arg(long)]
     pub standby: bool,
     /// Directory of the membership file that lets a restarted cell rejoin its ring
-    /// (`off`: none; default: $XDG_STATE_HOME/cellcache or ~/.local/state/cellcache).
+    /// (`off`: none).
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<String>,
     /// Run as a plain memcached-compatible server, not a ring member.
