@@ -195,6 +195,16 @@ fn wait_for_log(path: &std::path::Path, needle: &str) {
     }
 }
 
+/// A cell that must not outlive a failed test.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Whether a server at `addr` answers `version` (a listener alone is not a cell yet).
 fn answers_version(addr: std::net::SocketAddr) -> bool {
     use std::io::{Read, Write};
@@ -254,7 +264,7 @@ fn a_signal_stops_a_cell_receiving_its_range_and_says_so() {
     let first = free_cell_port();
     // The first cell streams hand-offs at 64 KiB/s: 2 MiB of items keep a joining cell
     // receiving its half for several seconds, long enough to catch it there.
-    let mut parent = cellcache()
+    let parent = cellcache()
         .args(["serve", "-p", &first.to_string(), "--state-dir", "off"])
         .env("CELLCACHE_CLUSTER__HANDOFF_BYTES_PER_SEC", "65536")
         .env("CELLCACHE_LOG__LEVEL", "warn")
@@ -262,6 +272,7 @@ fn a_signal_stops_a_cell_receiving_its_range_and_says_so() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let mut parent = KillOnDrop(parent);
     let addr: std::net::SocketAddr = format!("127.0.0.1:{first}").parse().unwrap();
     common::wait_until(
         "the first cell answers",
@@ -294,7 +305,7 @@ fn a_signal_stops_a_cell_receiving_its_range_and_says_so() {
         text.contains("abandoned") && text.contains("joining the ring"),
         "exit {status}; log:\n{text}"
     );
-    terminate(&mut parent, "the first cell");
+    terminate(&mut parent.0, "the first cell");
 }
 
 #[test]
