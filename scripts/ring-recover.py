@@ -18,7 +18,7 @@ for i in range(3):
     out = subprocess.run([B, "ctl", "ranges", "-s", f"127.0.0.1:{base+i}"], capture_output=True, text=True).stdout
     if out.startswith("RANGE master") and out.split("\n")[0].split()[-1] == "1":
         owner = i
-pid = int(subprocess.run(["pgrep", "-f", f"serve -l 127.0.0.1 -p {base+owner}"], capture_output=True, text=True).stdout.split()[0])
+pid = int(subprocess.run([B, "cluster", "pid", str(owner + 1), "--base-port", str(base)], capture_output=True, text=True, check=True).stdout.split()[0])
 other = base + (owner + 2) % 3
 t0 = time.time()
 os.kill(pid, signal.SIGKILL)

@@ -4,6 +4,7 @@
 use anyhow::Context;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -95,109 +96,408 @@ pub struct ClusterArgs {
 
 #[derive(clap::Subcommand)]
 enum ClusterCommand {
-    /// Start N local cells (first bootstraps, the others join), print how to reach them,
-    /// stop them all on Ctrl-C.
+    /// Start N local cells (first bootstraps, the others join), print each one's address and
+    /// pid, write them to the run file, and stop them all on Ctrl-C, SIGTERM or
+    /// `cluster down`. If a cell fails to start, stop the ones already started and fail.
     Up {
+        /// Number of cells.
         #[arg(long, default_value_t = 3)]
         cells: u16,
-        /// Client port of the first cell; cell i listens on base + i (peer ports + 10000).
+        /// Client port of the first cell; cell i listens on base + i - 1 (peer ports + 10000).
         #[arg(long, default_value_t = 11211)]
         base_port: u16,
         /// Memory per cell, megabytes.
         #[arg(short = 'm', long, default_value_t = 64)]
         memory_limit: usize,
+        /// Seconds each cell may take to start and join before `up` gives up.
+        #[arg(long, value_name = "SECS", default_value_t = 60)]
+        start_timeout: u64,
+        /// Where to record the pids [default: $XDG_RUNTIME_DIR or the temp directory,
+        /// cellcache-cluster-BASE_PORT.pids].
+        #[arg(long, value_name = "FILE")]
+        run_file: Option<PathBuf>,
         /// Extra flags for every `cellcache serve`.
         #[arg(last = true)]
         serve_args: Vec<String>,
     },
+    /// Stop the ring that `cluster up --base-port PORT` started (and only its processes).
+    Down {
+        /// The base port `cluster up` was given.
+        #[arg(long, default_value_t = 11211)]
+        base_port: u16,
+        /// Seconds to wait for every cell to stop.
+        #[arg(long, value_name = "SECS", default_value_t = 30)]
+        timeout: u64,
+        /// The run file `cluster up` wrote (default as for `up`).
+        #[arg(long, value_name = "FILE")]
+        run_file: Option<PathBuf>,
+    },
+    /// Print the pid of cell N of the ring `cluster up --base-port PORT` started (for
+    /// fault experiments: `kill -9 "$(cellcache cluster pid 1 --base-port PORT)"`).
+    Pid {
+        /// The cell's number as `cluster up` printed it (1 = the first).
+        cell: u16,
+        /// The base port `cluster up` was given.
+        #[arg(long, default_value_t = 11211)]
+        base_port: u16,
+        /// The run file `cluster up` wrote (default as for `up`).
+        #[arg(long, value_name = "FILE")]
+        run_file: Option<PathBuf>,
+    },
 }
 
-struct Children(Vec<Child>);
+fn default_run_file(base_port: u16) -> PathBuf {
+    let dir = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|d| d.is_dir())
+        .unwrap_or_else(std::env::temp_dir);
+    dir.join(format!("cellcache-cluster-{base_port}.pids"))
+}
 
-impl Drop for Children {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = Command::new("kill")
-                .args(["-TERM", &c.id().to_string()])
-                .status();
+/// The run file: `up PID` for the supervising `cluster up`, then `cell N PORT PID` per cell.
+struct RunFile {
+    up: u32,
+    cells: Vec<(u16, u16, u32)>,
+}
+
+impl RunFile {
+    fn render(&self) -> String {
+        let mut out = format!("up {}\n", self.up);
+        for (n, port, pid) in &self.cells {
+            out.push_str(&format!("cell {n} {port} {pid}\n"));
         }
-        for c in &mut self.0 {
-            let _ = c.wait();
+        out
+    }
+
+    fn parse(text: &str) -> Option<RunFile> {
+        let mut lines = text.lines();
+        let up = lines.next()?.strip_prefix("up ")?.trim().parse().ok()?;
+        let mut cells = Vec::new();
+        for l in lines {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            match w.as_slice() {
+                ["cell", n, port, pid] => {
+                    cells.push((n.parse().ok()?, port.parse().ok()?, pid.parse().ok()?))
+                }
+                _ => return None,
+            }
         }
+        Some(RunFile { up, cells })
+    }
+
+    fn read(path: &Path, base_port: u16) -> anyhow::Result<RunFile> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            anyhow::anyhow!(
+                "no ring started by `cellcache cluster up --base-port {base_port}` is running \
+                 here ({}: {e})",
+                path.display()
+            )
+        })?;
+        RunFile::parse(&text).with_context(|| format!("{} is not a run file", path.display()))
     }
 }
 
-/// Waits until `ctl status` through `server` shows `cells` cells, all active.
-fn wait_active(server: &str, cells: usize, timeout: Duration) -> anyhow::Result<String> {
+/// Whether `pid` is a live process: not gone and not a zombie waiting for its parent to
+/// reap it (where /proc shows that; elsewhere signal 0, which delivers nothing, checks).
+fn alive(pid: u32) -> bool {
+    if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name, which may contain spaces.
+        return stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X");
+    }
+    if std::path::Path::new("/proc/self/stat").exists() {
+        return false; // /proc works and has no such process
+    }
+    Command::new("kill")
+        .args(["-0", &pid.to_string()])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// The cells this `cluster up` started. Dropping it stops every one still running: SIGTERM,
+/// then SIGKILL for any that outlive the grace period, so no cell is left behind.
+struct Children {
+    cells: Vec<(u16, u16, Child)>,
+    grace: Duration,
+}
+
+impl Children {
+    fn stop(&mut self) {
+        for (_, _, c) in &mut self.cells {
+            if matches!(c.try_wait(), Ok(None)) {
+                signal(c.id(), "-TERM");
+            }
+        }
+        let deadline = Instant::now() + self.grace;
+        for (n, port, c) in &mut self.cells {
+            loop {
+                match c.try_wait() {
+                    Ok(Some(_)) | Err(_) => break,
+                    Ok(None) if Instant::now() >= deadline => {
+                        eprintln!(
+                            "cell {n} (port {port}, pid {}) ignored SIGTERM: killing it",
+                            c.id()
+                        );
+                        let _ = c.kill();
+                        let _ = c.wait();
+                        break;
+                    }
+                    Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+                }
+            }
+        }
+        self.cells.clear();
+    }
+}
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Waits until cell `n` (client `port`) answers on its own port and the ring's status, as
+/// seen through `first`, lists `expected` cells, all active, this one among them. Fails at
+/// once if the cell's process exits or a signal arrives.
+fn wait_cell_up(
+    first: &str,
+    n: u16,
+    port: u16,
+    expected: usize,
+    child: &mut Child,
+    stop: &std::sync::mpsc::Receiver<()>,
+    timeout: Duration,
+) -> anyhow::Result<String> {
+    let me = format!("client=127.0.0.1:{port} ");
     let deadline = Instant::now() + timeout;
     loop {
-        if let Ok(s) = command(server, "cluster status") {
-            let n = s.lines().filter(|l| l.starts_with("CELL")).count();
-            let active = s
-                .lines()
-                .filter(|l| l.starts_with("CELL") && l.contains(" active "))
-                .count();
-            if n == cells && active == cells {
+        if let Some(status) = child.try_wait()? {
+            anyhow::bail!("cell {n} (port {port}) exited during start-up ({status})");
+        }
+        anyhow::ensure!(
+            stop.try_recv().is_err(),
+            "interrupted while cell {n} was starting"
+        );
+        let own = command(&format!("127.0.0.1:{port}"), "cluster status");
+        if let (Ok(_), Ok(s)) = (own, command(first, "cluster status")) {
+            let cells: Vec<&str> = s.lines().filter(|l| l.starts_with("CELL")).collect();
+            let all_active = cells.iter().all(|l| l.contains(" active "));
+            let listed = cells
+                .iter()
+                .any(|l| l.contains(&me) && l.contains(" active "));
+            if cells.len() == expected && all_active && listed {
                 return Ok(s);
             }
         }
-        anyhow::ensure!(Instant::now() < deadline, "the ring did not form in time");
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "cell {n} (port {port}) did not join the ring within {} s",
+            timeout.as_secs()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
 
+/// The client and peer ports of a cell must be free before it starts: a cell that finds its
+/// client port taken only after joining leaves a member in the map that never serves.
+fn check_free(port: u16, what: &str) -> anyhow::Result<()> {
+    std::net::TcpListener::bind(("127.0.0.1", port))
+        .map(drop)
+        .with_context(|| format!("{what} 127.0.0.1:{port} is not free"))
+}
+
 pub fn run_cluster(args: ClusterArgs) -> anyhow::Result<()> {
-    let ClusterCommand::Up {
-        cells,
-        base_port,
-        memory_limit,
-        serve_args,
-    } = args.command;
-    anyhow::ensure!(cells >= 1, "--cells must be at least 1");
-    let exe = std::env::current_exe()?;
-    let mut children = Children(Vec::new());
-    let first = format!("127.0.0.1:{base_port}");
-    for i in 0..cells {
-        let port = base_port.checked_add(i).context("port overflow")?;
-        let mut cmd = Command::new(&exe);
-        cmd.args(["serve", "-l", "127.0.0.1", "-p", &port.to_string()])
-            .args(["-m", &memory_limit.to_string()])
-            .args(&serve_args)
-            .stdin(Stdio::null());
-        if i > 0 {
-            cmd.args(["--join", &first]);
+    match args.command {
+        ClusterCommand::Up {
+            cells,
+            base_port,
+            memory_limit,
+            start_timeout,
+            run_file,
+            serve_args,
+        } => up(
+            cells,
+            base_port,
+            memory_limit,
+            Duration::from_secs(start_timeout),
+            run_file.unwrap_or_else(|| default_run_file(base_port)),
+            &serve_args,
+        ),
+        ClusterCommand::Down {
+            base_port,
+            timeout,
+            run_file,
+        } => down(
+            base_port,
+            Duration::from_secs(timeout),
+            &run_file.unwrap_or_else(|| default_run_file(base_port)),
+        ),
+        ClusterCommand::Pid {
+            cell,
+            base_port,
+            run_file,
+        } => {
+            let path = run_file.unwrap_or_else(|| default_run_file(base_port));
+            let file = RunFile::read(&path, base_port)?;
+            let (_, _, pid) = file
+                .cells
+                .iter()
+                .find(|(n, _, _)| *n == cell)
+                .with_context(|| format!("the ring on base port {base_port} has no cell {cell}"))?;
+            println!("{pid}");
+            Ok(())
         }
-        children.0.push(cmd.spawn().context("starting a cell")?);
-        wait_active(&first, usize::from(i) + 1, Duration::from_secs(60))?;
-        println!("cell {} up: client 127.0.0.1:{port}", i + 1);
     }
-    let status = wait_active(&first, usize::from(cells), Duration::from_secs(60))?;
-    print!("{}", status.replace("\r\n", "\n"));
-    println!(
-        "ring of {cells} up. Try: cellcache ctl status -s {first}   (Ctrl-C stops every cell)"
-    );
-    let (tx, rx) = std::sync::mpsc::channel();
+}
+
+fn up(
+    cells: u16,
+    base_port: u16,
+    memory_limit: usize,
+    start_timeout: Duration,
+    run_file: PathBuf,
+    serve_args: &[String],
+) -> anyhow::Result<()> {
+    anyhow::ensure!(cells >= 1, "--cells must be at least 1");
+    if let Ok(old) = RunFile::read(&run_file, base_port) {
+        anyhow::ensure!(
+            !alive(old.up),
+            "a ring is already up on base port {base_port} (cluster up pid {}; stop it with \
+             `cellcache cluster down --base-port {base_port}`)",
+            old.up
+        );
+    }
+    // Signals first: a Ctrl-C while cells start must stop the ones already started.
+    let (tx, stop) = std::sync::mpsc::channel();
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGTERM,
-    ])?;
+    ])
+    .context("installing signal handlers")?;
     std::thread::spawn(move || {
-        if signals.forever().next().is_some() {
-            let _ = tx.send(());
-        }
-    });
-    loop {
-        if rx.recv_timeout(Duration::from_millis(200)).is_ok() {
-            println!("stopping {} cells", children.0.len());
-            break;
-        }
-        for c in &mut children.0 {
-            if let Ok(Some(status)) = c.try_wait() {
-                println!("a cell exited ({status})");
+        for _ in signals.forever() {
+            if tx.send(()).is_err() {
+                break;
             }
         }
-        children.0.retain_mut(|c| matches!(c.try_wait(), Ok(None)));
+    });
+    let exe = std::env::current_exe()?;
+    let mut children = Children {
+        cells: Vec::new(),
+        grace: Duration::from_secs(20),
+    };
+    let mut record = RunFile {
+        up: std::process::id(),
+        cells: Vec::new(),
+    };
+    let first = format!("127.0.0.1:{base_port}");
+    let result = (|| -> anyhow::Result<String> {
+        let mut status = String::new();
+        for i in 0..cells {
+            let n = i + 1;
+            let port = base_port.checked_add(i).context("port overflow")?;
+            let peer = port.checked_add(10_000).context("peer port overflow")?;
+            check_free(port, &format!("cell {n}'s client port"))?;
+            check_free(peer, &format!("cell {n}'s peer port"))?;
+            let mut cmd = Command::new(&exe);
+            cmd.args(["serve", "-l", "127.0.0.1", "-p", &port.to_string()])
+                .args(["-m", &memory_limit.to_string()])
+                .args(serve_args)
+                .stdin(Stdio::null());
+            if i > 0 {
+                cmd.args(["--join", &first]);
+            }
+            let child = cmd.spawn().with_context(|| format!("starting cell {n}"))?;
+            let pid = child.id();
+            children.cells.push((n, port, child));
+            let (_, _, child) = children.cells.last_mut().expect("just pushed");
+            status = wait_cell_up(&first, n, port, usize::from(n), child, &stop, start_timeout)?;
+            record.cells.push((n, port, pid));
+            std::fs::write(&run_file, record.render())
+                .with_context(|| format!("writing {}", run_file.display()))?;
+            println!("cell {n} up: client 127.0.0.1:{port} pid {pid}");
+        }
+        Ok(status)
+    })();
+    let status = match result {
+        Ok(s) => s,
+        Err(e) => {
+            let started = children.cells.len();
+            children.stop();
+            let _ = std::fs::remove_file(&run_file);
+            return Err(e.context(format!(
+                "cluster up failed; stopped the {started} cell(s) it had started"
+            )));
+        }
+    };
+    print!("{}", status.replace("\r\n", "\n"));
+    println!(
+        "ring of {cells} up (pids in {}). Try: cellcache ctl status -s {first}\n\
+         Stop it with Ctrl-C or: cellcache cluster down --base-port {base_port}",
+        run_file.display()
+    );
+    loop {
+        if stop.recv_timeout(Duration::from_millis(200)).is_ok() {
+            println!("stopping {} cells", children.cells.len());
+            break;
+        }
+        for (n, port, c) in &mut children.cells {
+            if let Ok(Some(status)) = c.try_wait() {
+                println!("cell {n} (port {port}) exited ({status})");
+            }
+        }
+        children
+            .cells
+            .retain_mut(|(_, _, c)| matches!(c.try_wait(), Ok(None)));
     }
-    drop(children);
+    children.stop();
+    let _ = std::fs::remove_file(&run_file);
+    println!("stopped");
+    Ok(())
+}
+
+/// Asks the `cluster up` that wrote `run_file` to stop its cells (SIGTERM to it: it stops
+/// exactly the cells it started), and waits until it and they are gone.
+fn down(base_port: u16, timeout: Duration, run_file: &Path) -> anyhow::Result<()> {
+    let file = RunFile::read(run_file, base_port)?;
+    let pids: Vec<u32> = std::iter::once(file.up)
+        .chain(file.cells.iter().map(|c| c.2))
+        .collect();
+    if alive(file.up) {
+        signal(file.up, "-TERM");
+    } else {
+        // The supervisor is gone (killed): stop the cells it recorded directly.
+        for (_, _, pid) in &file.cells {
+            signal(*pid, "-TERM");
+        }
+    }
+    let deadline = Instant::now() + timeout;
+    while pids.iter().any(|p| alive(*p)) {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "processes still running after {} s: {:?}",
+            timeout.as_secs(),
+            pids.iter().filter(|p| alive(**p)).collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = std::fs::remove_file(run_file);
+    println!(
+        "stopped the ring on base port {base_port} (pids {})",
+        pids.iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
     Ok(())
 }

@@ -3,11 +3,12 @@
 //! environment < flags (see `cellcache.example.toml`).
 
 mod ctl;
+mod help;
 mod serve;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Subcommand};
 
-#[derive(Parser)]
+#[derive(clap::Parser)]
 #[command(
     name = "cellcache",
     version,
@@ -29,9 +30,10 @@ enum Command {
     /// `bench compare` runs memcached and cellcache side by side, `bench capacity` fills until
     /// evictions start, `bench plot` draws a report.
     Bench(Box<cellcache_bench::BenchArgs>),
-    /// Operator tools for a ring: status, ranges, leave.
+    /// Operator tools for a ring: status, ranges, split, leave.
     Ctl(ctl::CtlArgs),
-    /// Local rings for trying cellcache out: `cluster up --cells 3`.
+    /// Local rings for trying cellcache out: `cluster up --cells 3`, `cluster down`,
+    /// `cluster pid`.
     Cluster(ctl::ClusterArgs),
     /// Show which I/O engines this kernel allows (and why io_uring is not, when it is not).
     Engines(EnginesArgs),
@@ -63,18 +65,72 @@ fn engines(args: EnginesArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
-    match cli.command {
+fn main() -> std::process::ExitCode {
+    // `serve` and `config` show each flag's default and TOML key (see `help`).
+    let command = Cli::command()
+        .mut_subcommand("serve", help::annotate_serve)
+        .mut_subcommand("config", help::annotate_serve);
+    let cli = match Cli::from_arg_matches(&command.get_matches()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    let result = match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Engines(args) => engines(args),
         Command::Ctl(args) => ctl::run(args),
         Command::Cluster(args) => ctl::run_cluster(args),
         Command::Bench(args) => cellcache_bench::run(*args),
-        Command::Config(args) => {
-            let config = args.resolve()?;
+        Command::Config(args) => args.resolve().and_then(|config| {
             print!("{}", toml::to_string_pretty(&config)?);
             Ok(())
+        }),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // One line, whatever RUST_BACKTRACE says: an operating error is not a bug, and
+            // its backtrace (what `main() -> Result` prints) only buries the cause.
+            eprintln!("error: {}", one_line(&e));
+            std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// The error and its causes as one line, outermost first, each said once: a cause whose text
+/// its outer message already contains (libraries often format their source into their own
+/// message) is left out, and line breaks inside a message become spaces.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in e.chain() {
+        let text = cause
+            .to_string()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        if text.is_empty() || parts.iter().any(|p| p.contains(&text)) {
+            continue;
+        }
+        parts.push(text);
+    }
+    parts.join(": ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+    use anyhow::Context;
+
+    #[test]
+    fn an_error_chain_says_each_cause_once_on_one_line() {
+        let io = std::io::Error::new(std::io::ErrorKind::AddrInUse, "Address in use");
+        let inner = anyhow::Error::new(io).context("binding 127.0.0.1:11211: Address in use");
+        let e: anyhow::Result<()> = Err(inner);
+        let e = e.context("starting the cell").unwrap_err();
+        assert_eq!(
+            one_line(&e),
+            "starting the cell: binding 127.0.0.1:11211: Address in use"
+        );
+        let multi = anyhow::anyhow!("first line\n  second line");
+        assert_eq!(one_line(&multi), "first line second line");
     }
 }

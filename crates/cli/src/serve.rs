@@ -18,45 +18,43 @@ pub struct ServeArgs {
     /// TCP port for memcached clients (0 = any free port).
     #[arg(short = 'p', long, value_name = "PORT")]
     pub port: Option<u16>,
-    /// Worker threads [default: io.threads, 0 there = one per core]. `-t 0` is refused, as
+    /// Worker threads. `-t 0` is refused, as
     /// memcached refuses it.
     #[arg(short = 't', long, value_name = "THREADS")]
     pub threads: Option<usize>,
-    /// Listen backlog (memcached -b) [default: io.listen_backlog, 1024].
+    /// Listen backlog (memcached -b).
     #[arg(short = 'b', long, value_name = "BACKLOG")]
     pub listen_backlog: Option<u32>,
     /// Maximum simultaneous connections.
     #[arg(short = 'c', long, value_name = "MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
-    /// Memory for items, in megabytes (arena + index, preallocated at start).
+    /// Memory for items, in megabytes (arena + index, all reserved at start; more than the
+    /// machine has available is refused).
     #[arg(short = 'm', long, value_name = "MEGABYTES")]
     pub memory_limit: Option<usize>,
     /// Largest item, as memcached's -I counts it (key + value + 59 bytes, + 4 with client
-    /// flags), e.g. 1m, 512k; at least 1024 [default: store.item_size_max_bytes, 1m]. Raises
+    /// flags), e.g. 1m, 512k; at least 1024. Raises
     /// the slab size, the input buffer and the inter-cell frame to hold such an item.
     #[arg(short = 'I', long, value_name = "SIZE", value_parser = parse_size)]
     pub max_item_size: Option<usize>,
-    /// Allow the `shutdown` command (memcached -A) [default: off; TOML: server.shutdown_command].
+    /// Allow the `shutdown` command (memcached -A).
     #[arg(short = 'A', long)]
     pub enable_shutdown: bool,
-    /// Refuse `flush_all` with "CLIENT_ERROR flush_all not allowed" (memcached -F)
-    /// [default: flush allowed; TOML: server.flush_enabled].
+    /// Refuse `flush_all` with "CLIENT_ERROR flush_all not allowed" (memcached -F).
     #[arg(short = 'F', long)]
     pub disable_flush_all: bool,
-    /// Answer "SERVER_ERROR out of memory storing object" instead of evicting (memcached -M)
-    /// [default: evict; TOML: store.evictions].
+    /// Answer "SERVER_ERROR out of memory storing object" instead of evicting (memcached -M).
     #[arg(short = 'M', long)]
     pub disable_evictions: bool,
     /// No CAS (memcached -C): gets/mg report CAS 0, cas and ms C never match, items count
-    /// 8 bytes less against -I [default: CAS on; TOML: store.cas_enabled].
+    /// 8 bytes less against -I.
     #[arg(short = 'C', long)]
     pub disable_cas: bool,
     /// Requests per event (memcached -R): accepted (> 0) and ignored — cellcache bounds a
     /// connection's turn by its output (io.output_buffer_high_bytes) instead.
     #[arg(short = 'R', long, value_name = "N")]
     pub max_reqs_per_event: Option<u32>,
-    /// Protocol: auto (by each connection's first byte), ascii or binary (memcached -B)
-    /// [default: auto; TOML: server.binding_protocol].
+    /// Protocol: auto (by each connection's first byte), ascii or binary (memcached -B).
     #[arg(short = 'B', long, value_name = "PROTOCOL")]
     pub protocol: Option<BindingProtocol>,
     /// memcached's extended options, comma-separated, repeatable (-o idle_timeout=10,modern).
@@ -79,18 +77,17 @@ pub struct ServeArgs {
     /// Log format: text or json.
     #[arg(long, value_name = "FORMAT", value_parser = parse_log_format)]
     pub log_format: Option<LogFormat>,
-    /// Join the ring through this cell's client address (host:port); without it the cell
-    /// bootstraps a ring of one.
+    /// Join the ring through this cell's client address (host:port).
     #[arg(long, value_name = "HOST:PORT")]
     pub join: Option<String>,
-    /// Inter-cell port (default: client port + 10000, or any free port).
+    /// Inter-cell port (with client port 0: any free port).
     #[arg(long, value_name = "PORT")]
     pub peer_port: Option<u16>,
     /// Wait outside any ring until `cellcache ctl split CELL --new THIS` brings it in.
     #[arg(long)]
     pub standby: bool,
     /// Directory of the membership file that lets a restarted cell rejoin its ring
-    /// (`off`: none; default: $XDG_STATE_HOME/cellcache or ~/.local/state/cellcache).
+    /// (`off`: none).
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<String>,
     /// Run as a plain memcached-compatible server, not a ring member.
@@ -134,7 +131,7 @@ impl ServeArgs {
     /// [`ServeArgs::resolve`], plus the memcached options accepted but ignored (to log).
     pub fn resolve_with_notes(&self) -> anyhow::Result<(NodeConfig, Vec<String>)> {
         let mut ignored = Vec::new();
-        let mut c = NodeConfig::load(self.config.as_deref()).context("loading configuration")?;
+        let mut c = NodeConfig::load(self.config.as_deref())?;
         if let Some(v) = self.listen {
             c.server.listen = v;
         }
@@ -343,12 +340,22 @@ fn init_logging(config: &NodeConfig) -> anyhow::Result<()> {
         .with_context(|| format!("bad log level {:?}", config.log.level))?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(log_colour(
+            std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            std::env::var_os("NO_COLOR").as_deref(),
+        ))
         .with_writer(std::io::stderr);
     match config.log.format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
     Ok(())
+}
+
+/// Colour codes only for a person at a terminal: a log file or pipe gets plain text, and a
+/// non-empty `NO_COLOR` (no-color.org) turns colour off everywhere.
+fn log_colour(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 /// SIGTERM/SIGINT start a graceful shutdown; a second one exits at once.
@@ -414,11 +421,14 @@ mod tests {
         assert_eq!(ignored, ["-R 5"]);
         let (c, _) = serve(&[]).unwrap();
         assert!(c.server.flush_enabled && c.store.evictions && c.store.cas_enabled);
-        // As memcached: -R 0 and unknown -B values are refused; so is -B binary (this build).
+        // As memcached: -R 0 and unknown -B values are refused.
         assert!(serve(&["-R", "0"]).is_err());
         let err = serve(&["-B", "foo"]).unwrap_err().to_string();
         assert!(err.contains("Invalid value for binding protocol"), "{err}");
-        assert!(serve(&["-B", "binary"]).is_err());
+        assert_eq!(
+            serve(&["-B", "binary"]).unwrap().0.server.binding_protocol,
+            BindingProtocol::Binary
+        );
         // Unknown flags still fail with a usage message.
         let err = serve(&["-Z"]).unwrap_err().to_string();
         assert!(err.contains("Usage"), "{err}");
@@ -453,6 +463,14 @@ mod tests {
             let err = format!("{:#}", serve(&["-o", bad]).unwrap_err());
             assert!(err.contains(message), "-o {bad}: {err}");
         }
+    }
+
+    #[test]
+    fn logs_are_coloured_only_on_a_terminal_without_no_color() {
+        assert!(log_colour(true, None));
+        assert!(log_colour(true, Some("".as_ref())));
+        assert!(!log_colour(true, Some("1".as_ref())));
+        assert!(!log_colour(false, None));
     }
 
     #[test]

@@ -283,13 +283,58 @@ pub enum LogFormat {
     Json,
 }
 
-/// Why a configuration was refused.
+/// Why a configuration was refused. Each message names the file as the user typed it and
+/// says the cause once: callers add context, not a restatement.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("configuration: {0}")]
-    Load(#[from] Box<figment::Error>),
-    #[error("configuration: {0}")]
+    /// The `--config` path does not exist.
+    #[error("config file {path} does not exist")]
+    Missing { path: String },
+    /// The `--config` path is a directory (or another non-file).
+    #[error("config file {path} is not a file")]
+    NotAFile { path: String },
+    /// The file exists but cannot be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file or the environment does not fit the configuration's shape.
+    /// (`error` is deliberately not a `source`: the message already says all of it.)
+    #[error("{}", describe(path.as_deref(), error))]
+    Load {
+        path: Option<String>,
+        error: Box<figment::Error>,
+    },
+    /// A value or a relation between values is out of range.
+    #[error("invalid configuration: {0}")]
     Invalid(String),
+}
+
+/// figment's messages on one line, each naming where the value came from: the file as the
+/// user typed it (figment only knows "TOML source string", since the file is read here), or
+/// figment's own name for the environment.
+fn describe(path: Option<&str>, e: &figment::Error) -> String {
+    e.clone()
+        .into_iter()
+        .map(|e| {
+            let from_file = e
+                .metadata
+                .as_ref()
+                .is_some_and(|m| m.name.contains("TOML source string"));
+            let text = e
+                .to_string()
+                .replace(" in TOML source string", "")
+                .replace("key \"default.", "key \"")
+                .replace('\n', " ");
+            match path {
+                Some(p) if from_file => format!("config file {p}: {text}"),
+                _ => text,
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Prefix of environment variables that override configuration fields.
@@ -310,16 +355,37 @@ impl NodeConfig {
     /// avoid racing on the process environment).
     pub fn load_from(file: Option<&Path>, env: Env) -> Result<Self, ConfigError> {
         let mut figment = Figment::from(Serialized::defaults(NodeConfig::default()));
+        let mut shown = None;
         if let Some(path) = file {
-            if !path.exists() {
-                return Err(ConfigError::Invalid(format!(
-                    "config file {} does not exist",
-                    path.display()
-                )));
+            // Read here rather than through figment's file provider, which silently skips a
+            // missing or unreadable file and a directory, and rewrites the path in messages.
+            let typed = path.display().to_string();
+            let meta = std::fs::metadata(path).map_err(|source| match source.kind() {
+                std::io::ErrorKind::NotFound => ConfigError::Missing {
+                    path: typed.clone(),
+                },
+                _ => ConfigError::Read {
+                    path: typed.clone(),
+                    source,
+                },
+            })?;
+            if !meta.is_file() {
+                return Err(ConfigError::NotAFile { path: typed });
             }
-            figment = figment.merge(Toml::file(path));
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: typed.clone(),
+                source,
+            })?;
+            figment = figment.merge(Toml::string(&text));
+            shown = Some(typed);
         }
-        let config: NodeConfig = figment.merge(env).extract().map_err(Box::new)?;
+        let config: NodeConfig = figment
+            .merge(env)
+            .extract()
+            .map_err(|e| ConfigError::Load {
+                path: shown,
+                error: Box::new(e),
+            })?;
         Ok(config)
     }
 
@@ -328,7 +394,10 @@ impl NodeConfig {
         Figment::from(Serialized::defaults(NodeConfig::default()))
             .merge(Toml::string(text))
             .extract()
-            .map_err(|e| ConfigError::Load(Box::new(e)))
+            .map_err(|e| ConfigError::Load {
+                path: None,
+                error: Box::new(e),
+            })
     }
 
     /// Checks the relations between limits; a cell refuses to start on failure.

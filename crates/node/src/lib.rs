@@ -16,6 +16,7 @@ pub mod config;
 pub mod conn;
 pub mod counters;
 pub mod local;
+pub mod memory;
 pub mod meta;
 pub mod stats;
 
@@ -36,6 +37,7 @@ impl Node {
     /// Allocates the store, binds the listener and starts the engine's threads.
     pub fn start(mut config: NodeConfig, shutdown: Shutdown) -> anyhow::Result<Node> {
         config.validate()?;
+        memory::check_fits(config.store.memory_limit_bytes)?;
         let limits = config.protocol_limits();
         let c = &config.cluster;
         let repl = cluster::repl::Replicator::new(cluster::repl::ReplPolicy {
@@ -50,11 +52,11 @@ impl Node {
         let store = if config.cluster.enabled {
             // The cell's address goes into the map before the engine binds it: resolve
             // port 0 to a free port now.
-            if config.server.port == 0 {
-                let probe = std::net::TcpListener::bind(config.server.addr())
-                    .context("finding a free client port")?;
-                config.server.port = probe.local_addr()?.port();
-            }
+            // A taken port must fail the start before the ring has added this cell to its
+            // map, or the map keeps a member that never serves (the engine binds later).
+            let probe = std::net::TcpListener::bind(config.server.addr())
+                .with_context(|| format!("binding the client port {}", config.server.addr()))?;
+            config.server.port = probe.local_addr()?.port();
             cellcache_store::Store::with_change_sink(config.store.clone(), repl.clone())
         } else {
             cellcache_store::Store::new(config.store.clone())
@@ -96,8 +98,16 @@ impl Node {
     }
 
     /// Blocks until the engine stopped (after the shutdown was triggered).
+    /// Logs what the cell abandons, if it stops in the middle of ring work (a signal stops
+    /// a cell promptly in every state; its peers treat what it left undone as after a crash).
     pub fn join(self) {
         self.engine.join();
+        if let Some(cluster) = self.cell.cluster.get() {
+            let work = cluster.in_progress();
+            if !work.is_empty() {
+                tracing::warn!("stopped while {}: abandoned", work.join("; "));
+            }
+        }
         let runtime = self.cell.cluster_runtime.lock().take();
         if let Some(rt) = runtime {
             rt.shutdown_timeout(std::time::Duration::from_millis(500));

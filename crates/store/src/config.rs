@@ -185,6 +185,16 @@ pub enum ConfigError {
     /// Eviction policy parameter invalid.
     #[error("eviction policy candidates must be >= 1")]
     EvictionCandidates,
+    /// The system refused the memory for the arena and index at start.
+    #[error(
+        "the system refused {bytes} bytes for the store (memory_limit_bytes {limit}): not that much memory is available"
+    )]
+    OutOfMemory {
+        /// bytes of the allocation refused
+        bytes: usize,
+        /// memory_limit_bytes
+        limit: usize,
+    },
     /// A run-time limit above the memory preallocated at start.
     #[error("memory limit {requested} above the {allocated} bytes preallocated at start")]
     MemoryLimitAboveArena {

@@ -53,15 +53,16 @@ fn fastrange(x: u64, n: usize) -> usize {
 }
 
 impl Index {
-    pub fn new(buckets: usize, kicks_max: usize) -> Index {
-        Index {
-            slots: vec![0; buckets * SLOTS_PER_BUCKET],
+    /// `None` if the system refused the slots' memory.
+    pub fn new(buckets: usize, kicks_max: usize) -> Option<Index> {
+        Some(Index {
+            slots: crate::prealloc::zeroed(buckets * SLOTS_PER_BUCKET)?,
             buckets,
             used: 0,
             kicks_max,
             rng: 0x2545_F491_4F6C_DD1D,
             path: Vec::with_capacity(kicks_max),
-        }
+        })
     }
 
     /// Bytes of memory the slots take.
@@ -222,7 +223,7 @@ mod tests {
 
     #[test]
     fn fills_past_ninety_five_percent_and_finds_everything() {
-        let mut idx = Index::new(1000, 500);
+        let mut idx = Index::new(1000, 500).unwrap();
         let mut n = 0u64;
         while idx.insert(idx.probe(hash(n)), n).is_ok() {
             n += 1;
@@ -238,7 +239,7 @@ mod tests {
 
     #[test]
     fn alt_is_an_involution() {
-        let idx = Index::new(977, 10);
+        let idx = Index::new(977, 10).unwrap();
         for t in 0..5000u64 {
             for b in [0usize, 1, 500, 976] {
                 assert_eq!(idx.alt(idx.alt(b, t), t), b);
@@ -248,7 +249,7 @@ mod tests {
 
     #[test]
     fn remove_then_reinsert() {
-        let mut idx = Index::new(4, 50);
+        let mut idx = Index::new(4, 50).unwrap();
         let p = idx.probe(hash(1));
         idx.insert(p, 77).unwrap();
         let s = idx.find_loc(p, 77).unwrap();

@@ -16,6 +16,7 @@ mod feed;
 mod index;
 mod item;
 mod ops;
+mod prealloc;
 mod range;
 mod shard;
 mod slab;

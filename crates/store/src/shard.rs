@@ -18,7 +18,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::config::{EvictionPolicyKind, KEY_LEN_MAX, StoreConfig};
+use crate::config::{ConfigError, EvictionPolicyKind, KEY_LEN_MAX, StoreConfig};
 use crate::eviction::{EvictionPolicy, LeastLiveOfLru, SecondChanceFifo, SlabLru, SlabView};
 use crate::expiry::Expiry;
 use crate::feed::{Change, ChangeKind, ChangeSink};
@@ -136,8 +136,16 @@ fn slab_of(loc: u64, slab_size: u64) -> SlabId {
 }
 
 impl Shard {
-    pub fn new(c: &StoreConfig, budget: usize) -> Shard {
+    /// Allocates (and writes once, see `prealloc`) the shard's arena and index; the
+    /// memory error if the system refuses them.
+    pub fn new(c: &StoreConfig, budget: usize) -> Result<Shard, ConfigError> {
         let sizing = ShardSizing::compute(c, budget);
+        let refused = || ConfigError::OutOfMemory {
+            bytes: budget,
+            limit: c.memory_limit_bytes,
+        };
+        let arena = crate::prealloc::zeroed(sizing.arena_bytes).ok_or_else(refused)?;
+        let index = Index::new(sizing.index_buckets, c.index_kicks_max).ok_or_else(refused)?;
         let slabs = Slabs::new(sizing.arena_bytes as u64, c.slab_size_bytes as u64);
         // Each slab is queued for compaction at most once, so this never grows.
         let slab_count = slabs.len();
@@ -148,11 +156,11 @@ impl Shard {
             }
             EvictionPolicyKind::SecondChanceFifo => Box::new(SecondChanceFifo::new(slabs.len())),
         };
-        Shard {
-            arena: vec![0u8; sizing.arena_bytes],
+        Ok(Shard {
+            arena,
             slab_size: c.slab_size_bytes as u64,
             slabs,
-            index: Index::new(sizing.index_buckets, c.index_kicks_max),
+            index,
             policy,
             item_size_max: c.item_size_max_bytes,
             cas_counted: c.cas_enabled,
@@ -162,7 +170,7 @@ impl Shard {
             scratch: Vec::new(),
             counters: ShardCounters::default(),
             slab_quota: usize::MAX,
-        }
+        })
     }
 
     /// Bytes of this shard's index (fixed at start).

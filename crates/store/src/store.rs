@@ -84,8 +84,8 @@ impl Store {
         let n = config.shard_count();
         let budget = config.memory_limit_bytes / n;
         let shards = (0..n)
-            .map(|_| Mutex::new(Shard::new(&config, budget)))
-            .collect();
+            .map(|_| Shard::new(&config, budget).map(Mutex::new))
+            .collect::<Result<_, _>>()?;
         Ok(Store {
             shards,
             cas: AtomicU64::new(0),

@@ -22,7 +22,7 @@ pub mod server;
 pub mod stats;
 
 use std::collections::{BTreeSet, HashMap};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -166,7 +166,13 @@ impl Cluster {
             .context("bootstrap map")?;
             (me, map, true)
         } else {
-            let map = join_ring(join, &address, parent, config.request_timeout_ms)?;
+            let map = join_ring(
+                join,
+                &address,
+                parent,
+                config.request_timeout_ms,
+                &cell.shutdown,
+            )?;
             let me = map
                 .cells()
                 .iter()
@@ -225,6 +231,32 @@ impl Cluster {
         let _ = cluster.cell.cluster.set(cluster.clone());
         *cluster.cell.cluster_runtime.lock() = Some(runtime);
         Ok(cluster)
+    }
+
+    /// What this cell is in the middle of, in words, for the log line of a cell stopped by
+    /// a signal: receiving its range (joining), handing its range over (leaving), sending
+    /// a range to a new cell or a backup. Empty when it is simply serving.
+    pub fn in_progress(&self) -> Vec<String> {
+        let mut work = Vec::new();
+        let state = self.ring.lock().map().cell(&self.me).map(|c| c.state);
+        match state {
+            Some(CellState::Joining) => {
+                work.push("joining the ring (its range had not all arrived)".to_string())
+            }
+            Some(CellState::Leaving) => {
+                work.push("leaving the ring (its successor was taking its range over)".into())
+            }
+            _ if self.leaving.load(Ordering::Acquire) => {
+                work.push("leaving the ring (its successor was taking its range over)".into())
+            }
+            _ => {}
+        }
+        for (to, (start, end)) in self.streams.lock().iter() {
+            work.push(format!(
+                "sending range {start:016x}-{end:016x} to cell {to} (hand-off or re-replication)"
+            ));
+        }
+        work
     }
 
     fn learn_ids(&self, map: &ClusterMap) {
@@ -848,23 +880,72 @@ fn new_ring_id() -> u64 {
     h.finish().max(1)
 }
 
+/// How often a blocked join looks at the shutdown flag: a signal stops a joining cell
+/// within about this long (plus one connect attempt), not after the whole join timeout.
+const JOIN_SHUTDOWN_POLL: Duration = Duration::from_millis(100);
+
 fn join_ring(
     join: &str,
     me: &CellAddress,
     parent: Option<&CellId>,
     timeout_ms: u64,
+    shutdown: &cellcache_io::Shutdown,
 ) -> anyhow::Result<ClusterMap> {
     let deadline = Instant::now() + Duration::from_millis(timeout_ms * 10);
+    let abandoned = || {
+        anyhow::anyhow!(
+            "stopped by a signal while joining the ring through {join}: abandoned the join \
+             (if the ring had already admitted this cell, it declares it dead as for a crash)"
+        )
+    };
     loop {
-        match try_join(join, me, parent, timeout_ms) {
+        match try_join(join, me, parent, timeout_ms, shutdown) {
             Ok(m) => return Ok(m),
+            Err(_) if shutdown.is_triggered() => return Err(abandoned()),
             Err(e) if Instant::now() < deadline => {
                 tracing::info!(error = %e, "join not accepted yet; retrying");
-                std::thread::sleep(Duration::from_millis(300));
+                let retry_at = Instant::now() + Duration::from_millis(300);
+                while Instant::now() < retry_at {
+                    if shutdown.is_triggered() {
+                        return Err(abandoned());
+                    }
+                    std::thread::sleep(JOIN_SHUTDOWN_POLL);
+                }
             }
             Err(e) => return Err(e.context(format!("joining the ring through {join}"))),
         }
     }
+}
+
+/// Reads into `buf` until `done(buf)` holds, in slices of [`JOIN_SHUTDOWN_POLL`], giving up
+/// after `timeout` or once `shutdown` is triggered.
+fn read_until(
+    s: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    timeout: Duration,
+    shutdown: &cellcache_io::Shutdown,
+    done: impl Fn(&[u8]) -> bool,
+) -> anyhow::Result<()> {
+    s.set_read_timeout(Some(JOIN_SHUTDOWN_POLL))?;
+    let deadline = Instant::now() + timeout;
+    let mut chunk = [0u8; 4096];
+    while !done(buf) {
+        anyhow::ensure!(!shutdown.is_triggered(), "interrupted");
+        anyhow::ensure!(Instant::now() < deadline, "no answer to the join request");
+        match s.read(&mut chunk) {
+            Ok(0) => anyhow::bail!("the cell closed the connection"),
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::Interrupted
+                ) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 fn try_join(
@@ -872,14 +953,19 @@ fn try_join(
     me: &CellAddress,
     parent: Option<&CellId>,
     timeout_ms: u64,
+    shutdown: &cellcache_io::Shutdown,
 ) -> anyhow::Result<ClusterMap> {
     let mut s = TcpStream::connect(join)?;
-    s.set_read_timeout(Some(Duration::from_millis(timeout_ms * 5)))?;
+    let timeout = Duration::from_millis(timeout_ms * 5);
     let parent = parent.map(|p| format!(" {p}")).unwrap_or_default();
     write!(s, "cluster join {} {}{parent}\r\n", me.client, me.peer)?;
-    let mut r = BufReader::new(s);
-    let mut line = String::new();
-    r.read_line(&mut line)?;
+    let mut buf = Vec::new();
+    read_until(&mut s, &mut buf, timeout, shutdown, |b| b.contains(&b'\n'))?;
+    let eol = buf
+        .iter()
+        .position(|&b| b == b'\n')
+        .expect("read up to a line end");
+    let line = String::from_utf8_lossy(&buf[..=eol]).into_owned();
     let Some(len) = line.strip_prefix("JOINED ") else {
         anyhow::bail!("{}", line.trim_end());
     };
@@ -888,10 +974,12 @@ fn try_join(
         len <= cellcache_cluster::map::MAP_BYTES_MAX_DEFAULT,
         "map too large"
     );
-    let mut body = vec![0u8; len + 2];
-    r.read_exact(&mut body)?;
+    let start = eol + 1;
+    read_until(&mut s, &mut buf, timeout, shutdown, |b| {
+        b.len() >= start + len + 2
+    })?;
     Ok(ClusterMap::decode(
-        &body[..len],
+        &buf[start..start + len],
         cellcache_cluster::map::MAP_BYTES_MAX_DEFAULT,
     )?)
 }
