@@ -344,7 +344,11 @@ fn init_logging(config: &NodeConfig) -> anyhow::Result<()> {
             std::io::IsTerminal::is_terminal(&std::io::stderr()),
             std::env::var_os("NO_COLOR").as_deref(),
         ))
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // A log line that cannot be written (the reader of a pipe went away) is dropped:
+        // reporting it would write to the same closed stderr, and that panics the thread
+        // that logged — the signal thread among them, after which SIGTERM was ignored.
+        .log_internal_errors(false);
     match config.log.format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),

@@ -388,3 +388,28 @@ fn cluster_down_stops_exactly_the_ring_up_started() {
     let status = terminate(&mut up, "cluster up after cluster down");
     assert!(status.success(), "cluster up exits 0 once stopped");
 }
+
+/// A cell whose log reader went away (`serve 2>&1 | head -2`, a log shipper that died)
+/// still stops on SIGTERM: a log line it cannot write is dropped, it does not kill the
+/// thread that handles signals (it did: the cell then ignored every SIGTERM).
+#[test]
+fn a_signal_stops_a_cell_whose_log_pipe_is_closed() {
+    let port = free_cell_port();
+    let child = cellcache()
+        .args(["serve", "--standalone", "-p", &port.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start a cell");
+    let mut cell = KillOnDrop(child);
+    // The reader goes away: every later log line meets a closed pipe.
+    drop(cell.0.stderr.take());
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let deadline = Instant::now() + HANG_GUARD;
+    while !answers_version(addr) {
+        assert!(Instant::now() < deadline, "the cell never answered");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = terminate(&mut cell.0, "a cell with a closed log pipe");
+    assert!(status.success(), "{status}");
+}

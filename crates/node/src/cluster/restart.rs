@@ -17,6 +17,7 @@
 //! another ring holding its address is such a restarted first cell: it stops, saying which
 //! `--join` to run.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -257,10 +258,14 @@ impl Cluster {
             hello.cell,
             hello.client
         );
-        eprintln!(
+        // Not eprintln!: a closed stderr must not turn the stop into a panic.
+        let _ = writeln!(
+            std::io::stderr(),
             "cellcache: a live ring (cell {} at {}) still counts this address as one of its \
              cells; not starting a second ring. Restart with: --join {}",
-            hello.cell, hello.client, hello.client
+            hello.cell,
+            hello.client,
+            hello.client
         );
         std::process::exit(EXIT_RING_ALIVE);
     }
