@@ -496,12 +496,15 @@ fn kill_scenario(name: &str, kill_leader: bool) {
     load_flows(&load, 300);
     let runs = finish(load, name);
     check_pre_keys(&ring);
-    let keys = runs
-        .iter()
+    check_replicas(&ring, keys_of(&runs).into_iter());
+}
+
+/// Every key the runs' histories touched.
+fn keys_of(runs: &[Run]) -> std::collections::BTreeSet<String> {
+    runs.iter()
         .flat_map(|r| r.history.operations().expect("well formed"))
         .map(|o| o.op.key().to_string())
-        .collect::<std::collections::BTreeSet<_>>();
-    check_replicas(&ring, keys.into_iter());
+        .collect()
 }
 
 /// Ids of the cells in a status.
@@ -1101,12 +1104,7 @@ fn writes_acknowledged_after_a_flush_all_survive_it_and_a_kill() {
     ring.wait_stable(2, "after the kill");
     load_flows(&after, 300);
     let runs = finish(after, "flush-after");
-    let keys = runs
-        .iter()
-        .flat_map(|r| r.history.operations().expect("well formed"))
-        .map(|o| o.op.key().to_string())
-        .collect::<std::collections::BTreeSet<_>>();
-    check_replicas(&ring, keys.into_iter());
+    check_replicas(&ring, keys_of(&runs).into_iter());
 }
 
 /// The ring's first cell (started without `--join`) killed and started again with its
@@ -1128,10 +1126,5 @@ fn the_first_cell_restarted_with_its_command_line_rejoins_and_loses_nothing() {
     load_flows(&load, 300);
     let runs = finish(load, "first-restart");
     check_pre_keys(&ring);
-    let keys = runs
-        .iter()
-        .flat_map(|r| r.history.operations().expect("well formed"))
-        .map(|o| o.op.key().to_string())
-        .collect::<std::collections::BTreeSet<_>>();
-    check_replicas(&ring, keys.into_iter());
+    check_replicas(&ring, keys_of(&runs).into_iter());
 }

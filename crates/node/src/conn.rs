@@ -126,6 +126,27 @@ impl Conn {
         slot
     }
 
+    /// Whether another request may be read from `input` now: input is left after the bytes
+    /// being discarded, the output is under its `budget` (else `output_full`), and the
+    /// replies in flight are under their bound (resumed by `on_notify` once they drain).
+    pub(crate) fn next_request(
+        &mut self,
+        input: &[u8],
+        output: &[u8],
+        budget: usize,
+        p: &mut Progress,
+    ) -> bool {
+        p.consumed += self.discard.take(input.len() - p.consumed);
+        if p.consumed == input.len() {
+            return false;
+        }
+        if output.len() >= budget {
+            p.output_full = true;
+            return false;
+        }
+        !self.in_flight_full()
+    }
+
     /// Whether the queue of replies in flight is full (stop consuming input until it drains).
     pub(crate) fn in_flight_full(&self) -> bool {
         self.queue.len() >= self.cell.config.cluster.in_flight_per_connection_max
@@ -373,18 +394,7 @@ impl Session for Conn {
             );
             return self.end_batch(output, p);
         }
-        while p.consumed < input.len() {
-            p.consumed += self.discard.take(input.len() - p.consumed);
-            if p.consumed == input.len() {
-                break;
-            }
-            if output.len() >= budget {
-                p.output_full = true;
-                break;
-            }
-            if self.in_flight_full() {
-                break; // resumed by on_notify once replies drain
-            }
+        while self.next_request(input, output, budget, &mut p) {
             let rest = &input[p.consumed..];
             if self.skip_line {
                 match rest.iter().position(|&b| b == b'\n') {

@@ -63,18 +63,7 @@ impl Conn {
         p: &mut Progress,
     ) {
         let limits = self.cell.limits;
-        while p.consumed < input.len() {
-            p.consumed += self.discard.take(input.len() - p.consumed);
-            if p.consumed == input.len() {
-                break;
-            }
-            if output.len() >= budget {
-                p.output_full = true;
-                break;
-            }
-            if self.in_flight_full() {
-                break; // resumed by on_notify once replies drain
-            }
+        while self.next_request(input, output, budget, p) {
             let rest = &input[p.consumed..];
             match parse_request(rest, &limits) {
                 BinaryParsed::Complete { frame, consumed } => {
