@@ -30,15 +30,15 @@ def server_env():
     return env
 
 
-def free_port():
+def free_port(host="127.0.0.1"):
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
-def server_command(port, extra):
+def server_command(host, port, extra):
     if os.environ.get("CELLCACHE_TEST_SERVER") == "memcached":
-        cmd = ["memcached", "-U", "0", "-l", "127.0.0.1", "-p", str(port)]
+        cmd = ["memcached", "-U", "0", "-l", host, "-p", str(port)]
         if os.geteuid() == 0:
             cmd += ["-u", "root"]
         return cmd + extra
@@ -47,12 +47,12 @@ def server_command(port, extra):
         pytest.fail(f"{binary} not built: run `cargo build` first (scripts/test does)")
     engine = os.environ.get("CELLCACHE_TEST_IO_ENGINE")
     engine_args = ["--io-engine", engine] if engine else []
-    return [binary, "serve", "-l", "127.0.0.1", "-p", str(port)] + engine_args + extra
+    return [binary, "serve", "-l", host, "-p", str(port)] + engine_args + extra
 
 
-def request(port, line):
+def request(host, port, line):
     """Sends one line and reads the reply up to END (a bounded read)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+    with socket.create_connection((host, port), timeout=5) as s:
         s.sendall(line)
         data = b""
         while not data.endswith(b"END\r\n"):
@@ -63,11 +63,11 @@ def request(port, line):
         return data.decode()
 
 
-def ring_formed(ports, n):
+def ring_formed(host, ports, n):
     """Every cell reports the same epoch and n Active cells."""
     views = []
     for port in ports:
-        lines = request(port, b"cluster status\r\n").split("\r\n")
+        lines = request(host, port, b"cluster status\r\n").split("\r\n")
         cells = [l for l in lines if l.startswith("CELL ")]
         if len(cells) != n or not all(" active " in l for l in cells):
             return False
@@ -75,13 +75,13 @@ def ring_formed(ports, n):
     return len(set(views)) == 1
 
 
-def wait_ready(proc, port):
+def wait_ready(proc, host, port):
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             return False
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+            with socket.create_connection((host, port), timeout=1) as s:
                 s.sendall(b"version\r\n")
                 if s.recv(64).startswith(b"VERSION "):
                     return True
@@ -91,15 +91,18 @@ def wait_ready(proc, port):
 
 
 class OneServer:
-    def __init__(self, extra):
-        for _ in range(5):
-            self.port = free_port()
-            self.proc = subprocess.Popen(server_command(self.port, extra), env=server_env(),
+    """One process on host; on `port` if given (one try), else on a free port (five tries)."""
+
+    def __init__(self, extra, host="127.0.0.1", port=None):
+        self.host = host
+        for _ in range(1 if port else 5):
+            self.port = port or free_port(host)
+            self.proc = subprocess.Popen(server_command(host, self.port, extra), env=server_env(),
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            if wait_ready(self.proc, self.port):
+            if wait_ready(self.proc, host, self.port):
                 return
             self.stop()
-        raise RuntimeError("server did not start")
+        raise RuntimeError(f"server did not start on {host}:{port or 'a free port'}")
 
     def stop(self):
         if self.proc.poll() is None:
@@ -108,24 +111,27 @@ class OneServer:
 
 
 class RunningServer:
-    """One server, or under CELLCACHE_TEST_RING one cell of a ring (the others run too)."""
+    """One server, or under CELLCACHE_TEST_RING one cell of a ring (the others run too).
 
-    def __init__(self, extra):
+    Clients talk to `entry` (the ring's second cell), on `entry_port` if given.
+    """
+
+    def __init__(self, extra, host="127.0.0.1", entry_port=None):
         n = ring_size()
         if n < 2:
-            self.cells = [OneServer(extra)]
+            self.cells = [OneServer(extra, host, entry_port)]
             self.entry = self.cells[0]
             return
         self.cells = []
         try:
             for i in range(n):
-                args = extra + ["--peer-port", str(free_port())]
+                args = extra + ["--peer-port", str(free_port(host))]
                 if i > 0:
-                    args += ["--join", f"127.0.0.1:{self.cells[0].port}"]
-                self.cells.append(OneServer(args))
+                    args += ["--join", f"{host}:{self.cells[0].port}"]
+                self.cells.append(OneServer(args, host, entry_port if i == 1 else None))
                 ports = [c.port for c in self.cells]
                 deadline = time.monotonic() + FORM_TIMEOUT_S
-                while not ring_formed(ports, i + 1):
+                while not ring_formed(host, ports, i + 1):
                     if time.monotonic() > deadline:
                         raise RuntimeError(f"ring of {i + 1} did not form")
                     time.sleep(0.1)
@@ -144,7 +150,7 @@ class RunningServer:
 
     @property
     def addr(self):
-        return ("127.0.0.1", self.port)
+        return (self.entry.host, self.port)
 
     def stop(self):
         for c in self.cells:
