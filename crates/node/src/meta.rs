@@ -281,6 +281,7 @@ fn meta_delete(
         let opts = DeleteOptions {
             compare_cas: crate::local::zero_compare(cell, flags.compare_cas),
             invalidate: flags.invalidate,
+            new_cas: crate::local::new_cas(cell, flags.new_cas),
         };
         match cell.store.delete(k, now, opts) {
             DeleteOutcome::Deleted => {
@@ -365,12 +366,14 @@ fn meta_arith(
                 f.ttl_secs = cell.store.get(k, now, |item| ttl_of(item.expiry, now));
             }
             let digits = value.to_string();
-            if flags.value {
+            if flags.quiet {
+                // memcached 1.6.18: `q` hides a successful ma, even its `VA` (`ma n q v`).
+            } else if flags.value {
                 write_meta_header(out, MetaStatus::Va, digits.len(), &flags.returns, &f);
                 out.extend_from_slice(digits.as_bytes());
                 out.extend_from_slice(b"\r\n");
             } else {
-                status_only(b"ma", MetaStatus::Hd, flags.quiet, &flags.returns, &f, out);
+                write_meta_header(out, MetaStatus::Hd, 0, &flags.returns, &f);
             }
         }
         Ok(ArithOutcome::NotFound) => {
@@ -398,9 +401,16 @@ fn meta_debug(cell: &Cell, key: &MetaKey<'_>, now: u32, out: &mut Vec<u8>) {
             String::from_utf8_lossy(key.wire),
             ttl_of(item.expiry, now),
             now.saturating_sub(item.slab_last_access_secs),
-            item.cas,
+            crate::local::cas_out(cell, item.cas),
             if item.fetched_before { "yes" } else { "no" },
-            item.item_bytes,
+            // memcached's item size (its header, key, value with `\r\n`, CAS, flags), not
+            // cellcache's packed encoding: the figure `-I` limits.
+            cellcache_store::item_size_bytes(
+                item.key.len(),
+                item.value.len(),
+                item.flags,
+                cell.store.config().cas_enabled
+            ),
         );
         out.extend_from_slice(line.as_bytes());
     });

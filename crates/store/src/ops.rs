@@ -78,8 +78,12 @@ pub enum WriteOutcome {
 pub struct DeleteOptions {
     /// Delete only if the item's CAS equals this.
     pub compare_cas: Option<u64>,
-    /// Meta `md I`: mark the item stale instead of removing it.
+    /// Meta `md I`: mark the item stale instead of removing it. As memcached, the stale
+    /// item gets a new CAS (`new_cas` when given, meta `E`), so a writer holding the old CAS
+    /// can still store over it with `ms I`.
     pub invalidate: bool,
+    /// CAS for the invalidated item (meta `md E`); a fresh one when `None`.
+    pub new_cas: Option<u64>,
 }
 
 /// Result of a delete.

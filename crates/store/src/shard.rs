@@ -643,12 +643,16 @@ impl Shard {
             _ => {}
         }
         let mut state = 0;
+        let mut keep_expiry = None;
         if let Some(expected) = req.compare_cas {
             match &existing {
                 None => return Ok(WriteOutcome::NotFound),
                 Some((_, _, h)) if h.cas != expected => {
                     if req.invalidate && expected < h.cas {
-                        state = CTRL_STALE;
+                        // As memcached's CAS_STALE: the new value stays stale, keeps the
+                        // item's TTL and whether its win token was already handed out.
+                        state = CTRL_STALE | (h.ctrl & CTRL_WIN);
+                        keep_expiry = Some(Expiry::at(h.expiry));
                     } else {
                         return Ok(WriteOutcome::Exists);
                     }
@@ -688,7 +692,14 @@ impl Shard {
                 r?
             }
             _ => self.store_item(
-                hash, req.key, req.value, req.flags, req.expiry, cas, state, now,
+                hash,
+                req.key,
+                req.value,
+                req.flags,
+                keep_expiry.unwrap_or(req.expiry),
+                cas,
+                state,
+                now,
             )?,
         };
         self.emit_put(loc, ctx);
@@ -809,8 +820,30 @@ impl Shard {
             return DeleteOutcome::Exists;
         }
         if opts.invalidate {
-            self.arena[loc as usize] = (h.ctrl | CTRL_STALE) & !CTRL_WIN;
-            self.emit_put(loc, ctx);
+            // A new version with a new CAS (memcached's md I): copy the key and value out
+            // first, since making room for the new version may move or evict the old one.
+            let mut buf = std::mem::take(&mut self.scratch);
+            buf.clear();
+            buf.reserve_exact(h.key_len + h.value_len);
+            buf.extend_from_slice(
+                &self.arena[loc as usize + h.key_offset..loc as usize + h.total_len],
+            );
+            let (k, v) = buf.split_at(h.key_len);
+            let state = (h.ctrl & CTRL_FETCHED) | CTRL_STALE;
+            let cas = ctx.cas_for(opts.new_cas);
+            let r = self.store_item(hash, k, v, h.flags, Expiry::at(h.expiry), cas, state, now);
+            self.scratch = buf;
+            match r {
+                Ok(new_loc) => self.emit_put(new_loc, ctx),
+                // No room for the new version: mark the old one stale in place, keeping its
+                // CAS (the invalidation itself must not fail for lack of memory).
+                Err(_) => {
+                    if let Some((_, loc, h)) = self.lookup(hash, key, now) {
+                        self.arena[loc as usize] = (h.ctrl | CTRL_STALE) & !CTRL_WIN;
+                        self.emit_put(loc, ctx);
+                    }
+                }
+            }
         } else {
             self.unlink(slot, loc, &h, Unlink::Deleted);
             ctx.emit(ChangeKind::Delete { key });
