@@ -55,6 +55,10 @@ pub struct ServeArgs {
     /// connection's turn by its output (io.output_buffer_high_bytes) instead.
     #[arg(short = 'R', long, value_name = "N")]
     pub max_reqs_per_event: Option<u32>,
+    /// Prefix delimiter for `stats detail`, and turn the per-prefix counts on (memcached -D)
+    /// [default: ':', counts off; TOML: server.detail_delimiter, server.detail_enabled].
+    #[arg(short = 'D', long, value_name = "CHAR")]
+    pub detail_delimiter: Option<char>,
     /// Protocol: auto (by each connection's first byte), ascii or binary (memcached -B)
     /// [default: auto; TOML: server.binding_protocol].
     #[arg(short = 'B', long, value_name = "PROTOCOL")]
@@ -187,6 +191,11 @@ impl ServeArgs {
         }
         if let Some(p) = self.protocol {
             c.server.binding_protocol = p;
+        }
+        if let Some(d) = self.detail_delimiter {
+            // As memcached's -D: sets the delimiter and turns the counts on.
+            c.server.detail_delimiter = d;
+            c.server.detail_enabled = true;
         }
         for spec in &self.extended {
             apply_extended(&mut c, spec, &mut ignored)?;
@@ -414,11 +423,17 @@ mod tests {
         assert_eq!(ignored, ["-R 5"]);
         let (c, _) = serve(&[]).unwrap();
         assert!(c.server.flush_enabled && c.store.evictions && c.store.cas_enabled);
-        // As memcached: -R 0 and unknown -B values are refused; so is -B binary (this build).
+        // As memcached: -R 0 and unknown -B values are refused; -B binary is served.
         assert!(serve(&["-R", "0"]).is_err());
         let err = serve(&["-B", "foo"]).unwrap_err().to_string();
         assert!(err.contains("Invalid value for binding protocol"), "{err}");
-        assert!(serve(&["-B", "binary"]).is_err());
+        let (c, _) = serve(&["-B", "binary"]).unwrap();
+        assert_eq!(c.server.binding_protocol, BindingProtocol::Binary);
+        // -D sets the stats detail delimiter and turns the counts on, as memcached's.
+        let (c, _) = serve(&["-D", "/"]).unwrap();
+        assert!(c.server.detail_enabled);
+        assert_eq!(c.server.detail_delimiter, '/');
+        assert!(!serve(&[]).unwrap().0.server.detail_enabled);
         // Unknown flags still fail with a usage message.
         let err = serve(&["-Z"]).unwrap_err().to_string();
         assert!(err.contains("Usage"), "{err}");

@@ -722,6 +722,153 @@ fn meta_set_append_vivifies_with_n() {
     c.roundtrip(b"ms d 1 MP N30\r\ny\r\nmg d v\r\n", b"HD\r\nVA 2\r\nyz\r\n");
 }
 
+/// Reads reply lines up to and including `END`.
+fn lines_to_end(c: &mut Client, req: &[u8]) -> Vec<String> {
+    c.send(req);
+    let mut lines = Vec::new();
+    for _ in 0..10_000 {
+        let l = c.line();
+        if l == "END" {
+            return lines;
+        }
+        lines.push(l);
+    }
+    panic!("no END after 10 000 lines");
+}
+
+/// `stats detail`, as memcached 1.6.18 answers it (measured): per-prefix counts of every
+/// retrieved key, classic storage command and delete; meta commands, incr and touch are
+/// not counted; keys without the delimiter neither; `stats reset` forgets the table.
+/// In a ring the table is the cell's own (it counts what it executed), so this runs on
+/// one cell.
+#[test]
+fn stats_detail_counts_per_prefix() {
+    if common::test_ring_size() > 1 {
+        return;
+    }
+    let s = server();
+    let mut c = s.connect();
+    c.roundtrip(
+        b"stats detail\r\n",
+        b"CLIENT_ERROR usage: stats detail on|off|dump\r\n",
+    );
+    c.roundtrip(
+        b"stats detail ON\r\n",
+        b"CLIENT_ERROR usage: stats detail on|off|dump\r\n",
+    );
+    c.roundtrip(b"stats detail dump\r\n", b"END\r\n");
+    c.roundtrip(b"stats detail on\r\n", b"OK\r\n");
+    let steps: &[(&[u8], &[u8])] = &[
+        (b"set foo:a 0 0 1\r\nx\r\n", b"STORED\r\n"),
+        (b"add foo:a 0 0 1\r\nx\r\n", b"NOT_STORED\r\n"),
+        (b"set bar:a 0 100 2\r\nxy\r\n", b"STORED\r\n"),
+        (b"set nodelim 0 0 1\r\nx\r\n", b"STORED\r\n"),
+        (
+            b"get foo:a foo:zz nodelim\r\n",
+            b"VALUE foo:a 0 1\r\nx\r\nVALUE nodelim 0 1\r\nx\r\nEND\r\n",
+        ),
+        (b"delete foo:a\r\n", b"DELETED\r\n"),
+        (b"delete foo:c\r\n", b"NOT_FOUND\r\n"),
+        (b"touch bar:a 10\r\n", b"TOUCHED\r\n"),
+        (b"mg bar:a v\r\n", b"VA 2\r\nxy\r\n"),
+        (b"ms bar:x 1\r\nx\r\nmd bar:x\r\n", b"HD\r\nHD\r\n"),
+    ];
+    for (req, want) in steps {
+        c.roundtrip(req, want);
+    }
+    let mut dump = lines_to_end(&mut c, b"stats detail dump\r\n");
+    dump.sort();
+    assert_eq!(
+        dump,
+        [
+            "PREFIX bar get 0 hit 0 set 1 del 0",
+            "PREFIX foo get 2 hit 1 set 2 del 2",
+        ]
+    );
+    let settings = c.stats("settings");
+    assert!(settings.contains(&("detail_enabled".into(), "yes".into())));
+    assert!(settings.contains(&("stat_key_prefix".into(), ":".into())));
+    // off stops counting, the table stays
+    c.roundtrip(b"stats detail off extra\r\n", b"OK\r\n");
+    c.roundtrip(b"get bar:a\r\n", b"VALUE bar:a 0 2\r\nxy\r\nEND\r\n");
+    let mut again = lines_to_end(&mut c, b"stats detail dump\r\n");
+    again.sort();
+    assert_eq!(again, dump);
+    c.roundtrip(b"stats reset\r\n", b"RESET\r\n");
+    c.roundtrip(b"stats detail dump\r\n", b"END\r\n");
+}
+
+/// `-D <char>` sets the prefix delimiter and turns the counts on, as memcached's `-D`.
+#[test]
+fn stats_detail_with_dash_d() {
+    if common::test_ring_size() > 1 {
+        return;
+    }
+    let s = Server::start(&["-m", "64", "-D", "/"]);
+    let mut c = s.connect();
+    c.roundtrip(
+        b"set a/b 0 0 1\r\nx\r\nget a/b c:d\r\n",
+        b"STORED\r\nVALUE a/b 0 1\r\nx\r\nEND\r\n",
+    );
+    c.roundtrip(
+        b"stats detail dump\r\n",
+        b"PREFIX a get 1 hit 1 set 1 del 0\r\nEND\r\n",
+    );
+}
+
+/// `stats cachedump <class> <limit>`: memcached's argument checks and line format. Which
+/// items a dump lists differs (memcached walks one LRU segment, cellcache the whole arena),
+/// so the listing is checked against cellcache only.
+#[test]
+fn stats_cachedump() {
+    let s = server();
+    let mut c = s.connect();
+    let steps: &[(&[u8], &[u8])] = &[
+        (b"stats cachedump\r\n", b"CLIENT_ERROR bad command line\r\n"),
+        (
+            b"stats cachedump 1\r\n",
+            b"CLIENT_ERROR bad command line\r\n",
+        ),
+        (
+            b"stats cachedump x 1\r\n",
+            b"CLIENT_ERROR bad command line format\r\n",
+        ),
+        (
+            b"stats cachedump 1 -1\r\n",
+            b"CLIENT_ERROR bad command line format\r\n",
+        ),
+        (
+            b"stats cachedump 64 1\r\n",
+            b"CLIENT_ERROR Illegal slab id\r\n",
+        ),
+        (b"stats cachedump 63 1\r\n", b"END\r\n"),
+        (b"stats cachedump 2 0\r\n", b"END\r\n"),
+    ];
+    for (req, want) in steps {
+        c.roundtrip(req, want);
+    }
+    if common::is_memcached() || common::test_ring_size() > 1 {
+        return;
+    }
+    c.roundtrip(b"stats cachedump 1 0\r\n", b"END\r\n");
+    c.roundtrip(
+        b"set k1 0 0 3\r\nabc\r\nset k2 0 0 1\r\nx\r\nset k3 0 1000000 2\r\nxy\r\n",
+        b"STORED\r\nSTORED\r\nSTORED\r\n",
+    );
+    let mut all = lines_to_end(&mut c, b"stats cachedump 1 0\r\n");
+    all.sort();
+    assert_eq!(all[0], "ITEM k1 [3 b; 0 s]");
+    assert_eq!(all[1], "ITEM k2 [1 b; 0 s]");
+    let at: u64 = all[2]
+        .strip_prefix("ITEM k3 [2 b; ")
+        .and_then(|r| r.strip_suffix(" s]"))
+        .expect(&all[2])
+        .parse()
+        .unwrap();
+    assert!(at > 1_000_000_000, "absolute unix time: {at}");
+    assert_eq!(lines_to_end(&mut c, b"stats cachedump 1 2\r\n").len(), 2);
+}
+
 /// `gat`/`gats`/`mg T` with a negative or past exptime return the value once, then the item
 /// is expired (memcached 1.6.18: `gat -1 a` answers `VALUE a 0 2`, the next `get a` `END`).
 #[test]

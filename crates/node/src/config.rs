@@ -197,6 +197,13 @@ pub struct ServerConfig {
     /// memcached `-B ascii` does) or `binary` (only binary frames; anything else closes
     /// the connection as a bad magic byte does).
     pub binding_protocol: BindingProtocol,
+    /// Count gets, hits, sets and deletes per key prefix from the start (`stats detail
+    /// on` turns it on at run time; memcached `-D` also turns it on).
+    pub detail_enabled: bool,
+    /// The byte ending a key's prefix for `stats detail` (memcached `-D`, default `:`).
+    pub detail_delimiter: char,
+    /// Most prefixes `stats detail` keeps; keys of further prefixes are not counted.
+    pub detail_prefixes_max: usize,
 }
 
 /// memcached's `-B`: the protocol(s) a client connection may speak.
@@ -246,6 +253,9 @@ impl Default for ServerConfig {
             shutdown_command: false,
             flush_enabled: true,
             binding_protocol: BindingProtocol::Auto,
+            detail_enabled: false,
+            detail_delimiter: ':',
+            detail_prefixes_max: 10_000,
         }
     }
 }
@@ -347,6 +357,14 @@ impl NodeConfig {
                 limits.line_bytes_max,
                 limits.value_bytes_max(),
                 limits.item_size_max
+            )));
+        }
+        if !self.server.detail_delimiter.is_ascii()
+            || self.server.detail_delimiter.is_ascii_control()
+        {
+            return Err(ConfigError::Invalid(format!(
+                "server.detail_delimiter {:?} must be one printable ASCII character",
+                self.server.detail_delimiter
             )));
         }
         let c = &self.cluster;

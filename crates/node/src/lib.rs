@@ -15,6 +15,7 @@ pub mod cluster;
 pub mod config;
 pub mod conn;
 pub mod counters;
+pub mod detail;
 pub mod local;
 pub mod meta;
 pub mod stats;
