@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 use cellcache_node::config::{BindingProtocol, IoEngineKind, LogFormat, NodeConfig};
-use std::net::IpAddr;
+
 use std::path::PathBuf;
 
 /// Flags override the config file and the environment. Short forms are memcached's.
@@ -11,10 +11,13 @@ pub struct ServeArgs {
     /// TOML configuration file (see cellcache.example.toml).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Address to listen on (a ring member advertises it to the others: not 0.0.0.0 unless
-    /// cluster.advertise_host is set).
-    #[arg(short = 'l', long, value_name = "ADDR")]
-    pub listen: Option<IpAddr>,
+    /// Address(es) to listen on: repeat -l or separate with commas (-l 127.0.0.1,::1), as
+    /// memcached; an address twice in one list fails ("Address already in use"), a repeated
+    /// -l of listed addresses is ignored, as memcached. A ring member
+    /// advertises the first (not 0.0.0.0 unless cluster.advertise_host is set)
+    /// [default: 127.0.0.1; TOML: server.listen, a string or a list].
+    #[arg(short = 'l', long, value_name = "ADDR[,ADDR...]")]
+    pub listen: Vec<String>,
     /// TCP port for memcached clients (0 = any free port).
     #[arg(short = 'p', long, value_name = "PORT")]
     pub port: Option<u16>,
@@ -139,8 +142,14 @@ impl ServeArgs {
     pub fn resolve_with_notes(&self) -> anyhow::Result<(NodeConfig, Vec<String>)> {
         let mut ignored = Vec::new();
         let mut c = NodeConfig::load(self.config.as_deref()).context("loading configuration")?;
-        if let Some(v) = self.listen {
-            c.server.listen = v;
+        if !self.listen.is_empty() {
+            // Flags replace the configured list; repeated -l add to each other.
+            let mut l = cellcache_node::config::ListenAddrs::parse(&self.listen[0])
+                .map_err(anyhow::Error::msg)?;
+            for spec in &self.listen[1..] {
+                l.add_repeated(spec).map_err(anyhow::Error::msg)?;
+            }
+            c.server.listen = l;
         }
         if let Some(v) = self.port {
             c.server.port = v;
@@ -437,6 +446,29 @@ mod tests {
         // Unknown flags still fail with a usage message.
         let err = serve(&["-Z"]).unwrap_err().to_string();
         assert!(err.contains("Usage"), "{err}");
+    }
+
+    /// -l as memcached: repeated or comma-separated, a repetition of listed addresses
+    /// ignored; the TOML key takes a string or a list.
+    #[test]
+    fn listen_addresses_as_memcached() {
+        let addrs = |flags: &[&str]| {
+            let (c, _) = serve(flags).unwrap();
+            c.server.listen.to_string()
+        };
+        assert_eq!(addrs(&[]), "127.0.0.1");
+        assert_eq!(addrs(&["-l", "127.0.0.2"]), "127.0.0.2");
+        assert_eq!(addrs(&["-l", "127.0.0.1", "-l", "::1"]), "127.0.0.1,::1");
+        assert_eq!(addrs(&["-l", "127.0.0.1,::1"]), "127.0.0.1,::1");
+        assert_eq!(addrs(&["-l", "127.0.0.1", "-l", "127.0.0.1"]), "127.0.0.1");
+        // Within one list a duplicate stays, and the bind fails as memcached's does.
+        assert_eq!(addrs(&["-l", "127.0.0.1,127.0.0.1"]), "127.0.0.1,127.0.0.1");
+        assert!(serve(&["-l", "nonsense"]).is_err());
+        let c = NodeConfig::from_toml_str("[server]\nlisten = [\"127.0.0.1\", \"127.0.0.2\"]\n")
+            .unwrap();
+        assert_eq!(c.server.addrs().len(), 2);
+        let c = NodeConfig::from_toml_str("[server]\nlisten = \"127.0.0.1,127.0.0.3\"\n").unwrap();
+        assert_eq!(c.server.listen.to_string(), "127.0.0.1,127.0.0.3");
     }
 
     /// -o: the ones that apply are applied, the rest checked as memcached checks them and

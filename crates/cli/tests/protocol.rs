@@ -869,6 +869,137 @@ fn stats_cachedump() {
     assert_eq!(lines_to_end(&mut c, b"stats cachedump 1 2\r\n").len(), 2);
 }
 
+/// `stats conns`, as memcached 1.6.18: per listener `<fd>:addr`, `<fd>:state
+/// conn_listening`, `<fd>:secs_since_last_cmd`; per connection `<fd>:addr tcp:IP:PORT`,
+/// `<fd>:listen_addr`, `<fd>:state` (`conn_parse_cmd` for the one asking) and
+/// `<fd>:secs_since_last_cmd`.
+#[test]
+fn stats_conns_lists_listeners_and_connections() {
+    let s = server();
+    let mut asking = s.connect();
+    let mut other = s.connect();
+    other.roundtrip(b"version\r\n", b"VERSION ");
+    other.line();
+    let conns = asking.stats("conns");
+    let value = |name: &str, value: &str| {
+        conns
+            .iter()
+            .filter(|(k, v)| k.ends_with(name) && v == value)
+            .count()
+    };
+    let listen = format!("tcp:{}", s.addr);
+    assert_eq!(value(":addr", &listen), 1, "{conns:?}");
+    assert_eq!(value(":state", "conn_listening"), 1, "{conns:?}");
+    assert_eq!(value(":listen_addr", &listen), 2, "{conns:?}");
+    assert_eq!(value(":state", "conn_parse_cmd"), 1, "{conns:?}");
+    // Each connection's lines share its descriptor prefix; both clients are listed.
+    let fds: std::collections::BTreeSet<&str> = conns
+        .iter()
+        .filter(|(k, _)| k.ends_with(":listen_addr"))
+        .map(|(k, _)| k.split(':').next().unwrap())
+        .collect();
+    assert_eq!(fds.len(), 2);
+    for fd in fds {
+        for field in ["addr", "state", "secs_since_last_cmd"] {
+            assert!(
+                conns.iter().any(|(k, _)| k == &format!("{fd}:{field}")),
+                "{fd}:{field} in {conns:?}"
+            );
+        }
+    }
+    drop(other);
+    // The closed connection leaves the list (bounded wait: the server notices the close).
+    common::wait_until(
+        "a closed connection leaves stats conns",
+        std::time::Duration::from_secs(10),
+        std::time::Duration::from_millis(20),
+        || {
+            asking
+                .stats("conns")
+                .iter()
+                .filter(|(k, _)| k.ends_with(":listen_addr"))
+                .count()
+                == 1
+        },
+    );
+}
+
+/// A repeated `-l` adds a listener (memcached 1.6.18: `-l 127.0.0.1 -l 127.0.0.2` serves
+/// both, `stats settings inter` is `127.0.0.1,127.0.0.2`, and `stats conns` gives each
+/// connection the listener it came through).
+#[test]
+fn repeated_dash_l_listens_on_every_address() {
+    let s = Server::start(&["-m", "64", "-l", "127.0.0.2"]);
+    let second = std::net::SocketAddr::from(([127, 0, 0, 2], s.addr.port()));
+    let mut c = common::Client::to(second);
+    c.roundtrip(b"set k 0 0 1\r\nx\r\n", b"STORED\r\n");
+    let mut first = s.connect();
+    first.roundtrip(b"get k\r\n", b"VALUE k 0 1\r\nx\r\nEND\r\n");
+    let settings = c.stats("settings");
+    assert!(
+        settings.contains(&("inter".into(), "127.0.0.1,127.0.0.2".into())),
+        "{settings:?}"
+    );
+    let conns = c.stats("conns");
+    let listen = |addr: std::net::SocketAddr| {
+        conns
+            .iter()
+            .filter(|(k, v)| k.ends_with(":listen_addr") && *v == format!("tcp:{addr}"))
+            .count()
+    };
+    assert_eq!(listen(s.addr), 1, "{conns:?}");
+    assert_eq!(listen(second), 1, "{conns:?}");
+    assert_eq!(
+        conns.iter().filter(|(_, v)| v == "conn_listening").count(),
+        2
+    );
+}
+
+/// The same address twice in one `-l` list fails the start with "Address already in use",
+/// as memcached 1.6.18 (`-l 127.0.0.1,127.0.0.1`: "failed to listen on one of
+/// interface(s) …: Address already in use", exit 71).
+#[test]
+fn dash_l_with_an_address_twice_fails() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let mut cmd = if common::is_memcached() {
+        let mut c = std::process::Command::new("memcached");
+        c.args(["-U", "0", "-u", "root"]);
+        c
+    } else {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_cellcache"));
+        c.args(["serve", "--standalone"]);
+        if let Some(engine) = common::io_engine() {
+            c.args(["--io-engine", &engine]);
+        }
+        c
+    };
+    cmd.args(["-l", "127.0.0.1,127.0.0.1", "-p", &port])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("the server kept running with an address given twice");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(!status.success());
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(err.contains("Address already in use"), "{err}");
+}
+
 /// `gat`/`gats`/`mg T` with a negative or past exptime return the value once, then the item
 /// is expired (memcached 1.6.18: `gat -1 a` answers `VALUE a 0 2`, the next `get a` `END`).
 #[test]

@@ -20,6 +20,8 @@ pub struct Cell {
     pub counters: Counters,
     /// `stats detail`'s per-prefix counts.
     pub detail: crate::detail::Detail,
+    /// Open client connections and listeners, for `stats conns`.
+    pub conns: crate::conns::ConnRegistry,
     pub shutdown: Shutdown,
     /// Set once the engine runs (its counters feed `stats`).
     pub engine_stats: OnceLock<Arc<EngineStats>>,
@@ -49,6 +51,7 @@ impl Cell {
             config,
             counters: Counters::default(),
             detail,
+            conns: crate::conns::ConnRegistry::default(),
             shutdown,
             engine_stats: OnceLock::new(),
             engine: OnceLock::new(),

@@ -181,8 +181,10 @@ impl Default for ProtocolConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServerConfig {
-    /// Address to listen on (memcached `-l`).
-    pub listen: IpAddr,
+    /// Addresses to listen on (memcached `-l`): one string (`"127.0.0.1"`, or
+    /// comma-separated `"127.0.0.1,::1"` as memcached's `-l a,b`) or a list of them. The
+    /// first is the one a ring member advertises.
+    pub listen: ListenAddrs,
     /// TCP port for the memcached protocol (memcached `-p`); 0 picks a free port.
     pub port: u16,
     /// I/O engine: `auto` picks the best the kernel allows.
@@ -244,10 +246,109 @@ impl std::str::FromStr for BindingProtocol {
     }
 }
 
+/// The addresses a cell listens on (never empty). memcached's `-l` takes
+/// `addr[,addr…]` and may be repeated; the TOML key takes a string of that form or a list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenAddrs(Vec<IpAddr>);
+
+impl ListenAddrs {
+    /// The addresses of `spec` (`addr[,addr…]`), appended to `self` (`-l` repeated).
+    pub fn extend_from_spec(&mut self, spec: &str) -> Result<(), String> {
+        for part in spec.split(',') {
+            let part = part.trim();
+            let ip = part
+                .parse::<IpAddr>()
+                .map_err(|e| format!("listen address {part:?}: {e}"))?;
+            self.0.push(ip);
+        }
+        Ok(())
+    }
+
+    /// A repeated `-l spec`: as memcached 1.6.18, a repetition of addresses already listed
+    /// is ignored (`-l a -l a` listens once), anything else is appended (memcached matches
+    /// the argument as a substring of its list; cellcache compares addresses).
+    pub fn add_repeated(&mut self, spec: &str) -> Result<(), String> {
+        let more = ListenAddrs::parse(spec)?;
+        if more.0.iter().all(|ip| self.0.contains(ip)) {
+            return Ok(());
+        }
+        self.0.extend(more.0);
+        Ok(())
+    }
+
+    /// Parses `addr[,addr…]`.
+    pub fn parse(spec: &str) -> Result<Self, String> {
+        let mut l = ListenAddrs(Vec::new());
+        l.extend_from_spec(spec)?;
+        Ok(l)
+    }
+
+    /// The first address: the one a ring member advertises.
+    pub fn first(&self) -> IpAddr {
+        self.0[0]
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        self.0.iter().copied()
+    }
+}
+
+impl From<IpAddr> for ListenAddrs {
+    fn from(ip: IpAddr) -> Self {
+        ListenAddrs(vec![ip])
+    }
+}
+
+impl std::fmt::Display for ListenAddrs {
+    /// As memcached's `stats settings inter`: the addresses joined by commas.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, ip) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{ip}")?;
+        }
+        Ok(())
+    }
+}
+
+impl Serialize for ListenAddrs {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if self.0.len() == 1 {
+            s.collect_str(&self.0[0])
+        } else {
+            s.collect_seq(self.0.iter().map(|ip| ip.to_string()))
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ListenAddrs {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Spec {
+            One(String),
+            Many(Vec<String>),
+        }
+        let specs = match Spec::deserialize(d)? {
+            Spec::One(s) => vec![s],
+            Spec::Many(v) => v,
+        };
+        let mut l = ListenAddrs(Vec::new());
+        for spec in &specs {
+            l.extend_from_spec(spec).map_err(serde::de::Error::custom)?;
+        }
+        if l.0.is_empty() {
+            return Err(serde::de::Error::custom("server.listen needs an address"));
+        }
+        Ok(l)
+    }
+}
+
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
-            listen: IpAddr::from([127, 0, 0, 1]),
+            listen: ListenAddrs::from(IpAddr::from([127, 0, 0, 1])),
             port: 11211,
             io_engine: IoEngineKind::Auto,
             shutdown_command: false,
@@ -261,8 +362,17 @@ impl Default for ServerConfig {
 }
 
 impl ServerConfig {
+    /// The first listening address (the one a ring member advertises).
     pub fn addr(&self) -> SocketAddr {
-        SocketAddr::new(self.listen, self.port)
+        SocketAddr::new(self.listen.first(), self.port)
+    }
+
+    /// Every listening address, in order.
+    pub fn addrs(&self) -> Vec<SocketAddr> {
+        self.listen
+            .iter()
+            .map(|ip| SocketAddr::new(ip, self.port))
+            .collect()
     }
 }
 
@@ -374,10 +484,10 @@ impl NodeConfig {
                 c.replication_factor
             )));
         }
-        if c.enabled && c.advertise_host.is_empty() && self.server.listen.is_unspecified() {
+        if c.enabled && c.advertise_host.is_empty() && self.server.listen.first().is_unspecified() {
             return Err(ConfigError::Invalid(format!(
                 "server.listen {} cannot be advertised to other cells: set cluster.advertise_host",
-                self.server.listen
+                self.server.listen.first()
             )));
         }
         let r = &c.ring;

@@ -14,6 +14,7 @@ pub mod cell;
 pub mod cluster;
 pub mod config;
 pub mod conn;
+pub mod conns;
 pub mod counters;
 pub mod detail;
 pub mod local;
@@ -48,14 +49,14 @@ impl Node {
             child_lag_bytes_max: c.handoff_lag_bytes_max,
             child_answer_window: std::time::Duration::from_millis(c.ring.lease_ms),
         });
+        // A ring member's address goes into the map before the engine binds it, and several
+        // listeners (-l a,b) share one port: resolve port 0 to a free port now.
+        if config.server.port == 0 && (config.cluster.enabled || config.server.addrs().len() > 1) {
+            let probe = std::net::TcpListener::bind(config.server.addr())
+                .context("finding a free client port")?;
+            config.server.port = probe.local_addr()?.port();
+        }
         let store = if config.cluster.enabled {
-            // The cell's address goes into the map before the engine binds it: resolve
-            // port 0 to a free port now.
-            if config.server.port == 0 {
-                let probe = std::net::TcpListener::bind(config.server.addr())
-                    .context("finding a free client port")?;
-                config.server.port = probe.local_addr()?.port();
-            }
             cellcache_store::Store::with_change_sink(config.store.clone(), repl.clone())
         } else {
             cellcache_store::Store::new(config.store.clone())
@@ -67,7 +68,7 @@ impl Node {
             item_size_max_bytes = config.store.item_size_max_bytes,
             "store allocated"
         );
-        let addr = config.server.addr();
+        let addrs = config.server.addrs();
         let engine_config = config.io.clone();
         let cell = Arc::new(Cell::new(config, store, limits, shutdown.clone()));
         // The ring first: the client port opens once this cell knows what it owns.
@@ -81,12 +82,13 @@ impl Node {
         let service = Arc::new(conn::ClientService { cell: cell.clone() });
         let engine = cellcache_io::start(
             cell.config.server.io_engine,
-            addr,
+            &addrs,
             &engine_config,
             service,
             shutdown,
         )
         .context("starting the I/O engine")?;
+        cell.conns.set_listeners(&engine.listeners);
         let _ = cell.engine_stats.set(engine.stats.clone());
         let _ = cell.engine.set(engine.engine);
         Ok(Node { cell, engine })

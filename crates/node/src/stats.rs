@@ -19,7 +19,7 @@ pub fn reply(cell: &Cell, group: &StatsGroup<'_>, now: u32, out: &mut Vec<u8>) {
         StatsGroup::Items => items(cell, out),
         StatsGroup::Slabs => slabs(cell, out),
         StatsGroup::Sizes => stat(out, "sizes_status", "disabled"),
-        StatsGroup::Conns => {}
+        StatsGroup::Conns => cell.conns.write_stats(now, cell.uptime_secs(), out),
         StatsGroup::Reset => {
             cell.counters.reset();
             cell.detail.clear();
@@ -178,7 +178,7 @@ fn settings(cell: &Cell, out: &mut Vec<u8>) {
     stat(out, "maxconns", c.io.max_connections);
     stat(out, "tcpport", c.server.port);
     stat(out, "udpport", 0);
-    stat(out, "inter", c.server.listen);
+    stat(out, "inter", &c.server.listen);
     stat(out, "num_threads", c.io.worker_threads());
     let on_off = |b: bool| if b { "on" } else { "off" };
     let yes_no = |b: bool| if b { "yes" } else { "no" };
