@@ -1000,6 +1000,51 @@ fn dash_l_with_an_address_twice_fails() {
     assert!(err.contains("Address already in use"), "{err}");
 }
 
+/// `stats reset` zeroes what memcached 1.6.18's does (measured: `total_items`,
+/// `total_connections`, `bytes_read`, `evictions`, `reclaimed`, … go to 0) and keeps the
+/// gauges (`curr_items`, `curr_connections`). Regression: cellcache kept the item,
+/// connection and traffic counters.
+#[test]
+fn stats_reset_clears_what_memcached_clears() {
+    let s = server();
+    let mut c = s.connect();
+    c.roundtrip(
+        b"set a 0 0 1\r\n1\r\nset b 0 0 1\r\n2\r\nget a\r\n",
+        b"STORED\r\nSTORED\r\nVALUE a 0 1\r\n1\r\nEND\r\n",
+    );
+    c.roundtrip(b"stats reset\r\n", b"RESET\r\n");
+    let stats = c.stats("");
+    let get = |k: &str| -> u64 {
+        stats
+            .iter()
+            .find(|(n, _)| n == k)
+            .unwrap_or_else(|| panic!("stats lacks {k}"))
+            .1
+            .parse()
+            .unwrap()
+    };
+    for zero in [
+        "total_items",
+        "cmd_get",
+        "cmd_set",
+        "get_hits",
+        "evictions",
+        "reclaimed",
+        "expired_unfetched",
+        "evicted_unfetched",
+        "rejected_connections",
+    ] {
+        assert_eq!(get(zero), 0, "{zero} after stats reset");
+    }
+    if common::test_ring_size() == 1 {
+        assert_eq!(get("total_connections"), 0);
+    }
+    // Only this `stats` request was read since the reset.
+    assert!(get("bytes_read") < 100, "bytes_read {}", get("bytes_read"));
+    assert_eq!(get("curr_items"), 2);
+    assert!(get("curr_connections") >= 1);
+}
+
 /// `gat`/`gats`/`mg T` with a negative or past exptime return the value once, then the item
 /// is expired (memcached 1.6.18: `gat -1 a` answers `VALUE a 0 2`, the next `get a` `END`).
 #[test]

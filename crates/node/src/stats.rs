@@ -21,7 +21,13 @@ pub fn reply(cell: &Cell, group: &StatsGroup<'_>, now: u32, out: &mut Vec<u8>) {
         StatsGroup::Sizes => stat(out, "sizes_status", "disabled"),
         StatsGroup::Conns => cell.conns.write_stats(now, cell.uptime_secs(), out),
         StatsGroup::Reset => {
+            // What memcached's stats reset clears: the command, connection, traffic and
+            // item counters, and the detail table; gauges (items, bytes, connections) stay.
             cell.counters.reset();
+            cell.store.reset_stats();
+            if let Some(e) = cell.engine_stats.get() {
+                e.reset();
+            }
             cell.detail.clear();
             out.extend_from_slice(b"RESET\r\n");
             return;

@@ -1020,6 +1020,11 @@ impl Shard {
         Ok(())
     }
 
+    /// `stats reset`: zeroes the counters (gauges such as items and bytes are not counters).
+    pub fn reset_counters(&mut self) {
+        self.counters = ShardCounters::default();
+    }
+
     pub fn add_stats(&self, s: &mut Stats) {
         let c = &self.counters;
         s.curr_items += self.index.len() as u64;

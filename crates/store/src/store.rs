@@ -321,6 +321,15 @@ impl Store {
         }
     }
 
+    /// Zeroes the counters (`total_items`, evictions, reclaims, compactions, …) as
+    /// memcached's `stats reset` does; `curr_items`, `bytes` and the slab lists are gauges
+    /// and stay.
+    pub fn reset_stats(&self) {
+        for sh in self.shards.iter() {
+            sh.lock().reset_counters();
+        }
+    }
+
     /// Counters summed over shards.
     pub fn stats(&self) -> Stats {
         let mut s = Stats::default();
