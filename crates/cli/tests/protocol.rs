@@ -645,6 +645,9 @@ fn meta_keys_opaque_and_quiet_mode_as_memcached() {
         (b"ms c 1 MP\r\ny\r\nmg c v\r\n", b"HD\r\nVA 2\r\nyx\r\n"),
         // ma: quiet hides success even with v (regression: cellcache sent the VA)
         (b"ma n q\r\nmn\r\n", b"NF\r\nMN\r\n"),
+        // ... but not a counter created by N (regression: cellcache hid its HD)
+        (b"ma viv q N0 J5\r\nma viv q v\r\nmn\r\n", b"HD\r\nMN\r\n"),
+        (b"ma viv2 q N0 J5 v\r\n", b"VA 1\r\n5\r\n"),
         (b"ma n N0 J13 v t\r\n", b"VA 2 t-1\r\n13\r\n"),
         (b"ma n q v\r\nma n q\r\nmn\r\n", b"MN\r\n"),
         (b"ma n v\r\n", b"VA 2\r\n16\r\n"),

@@ -356,7 +356,11 @@ fn meta_arith(
         (&mut counters.incr_hits, &mut counters.incr_misses)
     };
     match cell.store.arith(k, now, &req) {
-        Ok(ArithOutcome::Value { value, cas }) => {
+        Ok(ArithOutcome::Value {
+            value,
+            cas,
+            created,
+        }) => {
             *hits += 1;
             if let Some(ttl) = flags.new_ttl {
                 cell.store.touch(k, Expiry::from_protocol(ttl, now), now);
@@ -366,8 +370,9 @@ fn meta_arith(
                 f.ttl_secs = cell.store.get(k, now, |item| ttl_of(item.expiry, now));
             }
             let digits = value.to_string();
-            if flags.quiet {
-                // memcached 1.6.18: `q` hides a successful ma, even its `VA` (`ma n q v`).
+            if flags.quiet && !created {
+                // memcached 1.6.18: `q` hides a successful ma, even its `VA` (`ma n q v`),
+                // but not the creation of a missing counter (`ma n q N0` answers `HD`).
             } else if flags.value {
                 write_meta_header(out, MetaStatus::Va, digits.len(), &flags.returns, &f);
                 out.extend_from_slice(digits.as_bytes());

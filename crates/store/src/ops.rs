@@ -141,6 +141,9 @@ pub enum ArithOutcome {
         value: u64,
         /// new CAS
         cas: u64,
+        /// The item was missing and created from `autovivify` (meta `ma N`): memcached's
+        /// quiet mode still answers that, unlike an ordinary success.
+        created: bool,
     },
     /// Absent.
     NotFound,

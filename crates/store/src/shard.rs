@@ -871,6 +871,7 @@ impl Shard {
             return Ok(ArithOutcome::Value {
                 value: initial,
                 cas,
+                created: true,
             });
         };
         if req.compare_cas.is_some_and(|c| c != h.cas) {
@@ -902,7 +903,11 @@ impl Shard {
             now,
         )?;
         self.emit_put(loc, ctx);
-        Ok(ArithOutcome::Value { value: new, cas })
+        Ok(ArithOutcome::Value {
+            value: new,
+            cas,
+            created: false,
+        })
     }
 
     /// A view of the item at `loc` (read-side bits as stored, no win claimed).

@@ -187,10 +187,14 @@ fn incr_decr_follow_memcached_rules() {
         autovivify: Some((40, Expiry::NEVER)),
         ..ArithRequest::incr(2)
     };
-    let Ok(ArithOutcome::Value { value, .. }) = s.arith(b"v", NOW, &viv) else {
+    let Ok(ArithOutcome::Value { value, created, .. }) = s.arith(b"v", NOW, &viv) else {
         panic!()
     };
-    assert_eq!(value, 40);
+    assert_eq!((value, created), (40, true), "vivified: created");
+    let Ok(ArithOutcome::Value { value, created, .. }) = s.arith(b"v", NOW, &viv) else {
+        panic!()
+    };
+    assert_eq!((value, created), (42, false), "then incremented");
     s.check_invariants();
 }
 
