@@ -464,6 +464,15 @@ mod tests {
         // Within one list a duplicate stays, and the bind fails as memcached's does.
         assert_eq!(addrs(&["-l", "127.0.0.1,127.0.0.1"]), "127.0.0.1,127.0.0.1");
         assert!(serve(&["-l", "nonsense"]).is_err());
+        // IP:PORT entries keep their port, as memcached's -l 127.0.0.1:21601,127.0.0.1.
+        let (c, _) =
+            serve(&["-l", "127.0.0.1:21601,[::1]:21602,127.0.0.1", "-p", "21600"]).unwrap();
+        assert_eq!(
+            c.server.listen.to_string(),
+            "127.0.0.1:21601,[::1]:21602,127.0.0.1"
+        );
+        let addrs: Vec<String> = c.server.addrs().iter().map(|a| a.to_string()).collect();
+        assert_eq!(addrs, ["127.0.0.1:21601", "[::1]:21602", "127.0.0.1:21600"]);
         let c = NodeConfig::from_toml_str("[server]\nlisten = [\"127.0.0.1\", \"127.0.0.2\"]\n")
             .unwrap();
         assert_eq!(c.server.addrs().len(), 2);

@@ -958,6 +958,32 @@ fn repeated_dash_l_listens_on_every_address() {
     );
 }
 
+/// An `-l IP:PORT` entry listens on its own port (memcached 1.6.18:
+/// `-l 127.0.0.1:21601,127.0.0.1 -p 21600` serves both ports). One server only: a ring's
+/// cells cannot share the fixed port.
+#[test]
+fn dash_l_with_a_port_listens_there() {
+    if common::test_ring_size() > 1 {
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let own = format!("127.0.0.1:{port}");
+    let s = Server::start(&["-m", "64", "-l", &own]);
+    let mut c = common::Client::to(own.parse().unwrap());
+    c.roundtrip(b"set k 0 0 1\r\nx\r\n", b"STORED\r\n");
+    s.connect()
+        .roundtrip(b"get k\r\n", b"VALUE k 0 1\r\nx\r\nEND\r\n");
+    let settings = c.stats("settings");
+    assert!(
+        settings.contains(&("inter".into(), format!("127.0.0.1,{own}"))),
+        "{settings:?}"
+    );
+}
+
 /// The same address twice in one `-l` list fails the start with "Address already in use",
 /// as memcached 1.6.18 (`-l 127.0.0.1,127.0.0.1`: "failed to listen on one of
 /// interface(s) …: Address already in use", exit 71).

@@ -247,19 +247,48 @@ impl std::str::FromStr for BindingProtocol {
 }
 
 /// The addresses a cell listens on (never empty). memcached's `-l` takes
-/// `addr[,addr…]` and may be repeated; the TOML key takes a string of that form or a list.
+/// `addr[,addr…]`, each `IP` or `IP:PORT` (`[IPv6]:PORT`), and may be repeated; the TOML
+/// key takes a string of that form or a list. An entry without a port uses `server.port`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListenAddrs(Vec<IpAddr>);
+pub struct ListenAddrs(Vec<ListenAddr>);
+
+/// One `-l` entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListenAddr {
+    pub ip: IpAddr,
+    /// Its own port (`IP:PORT`), else `server.port`.
+    pub port: Option<u16>,
+}
+
+impl std::str::FromStr for ListenAddr {
+    type Err = String;
+    fn from_str(part: &str) -> Result<Self, String> {
+        if let Ok(ip) = part.parse::<IpAddr>() {
+            return Ok(ListenAddr { ip, port: None });
+        }
+        part.parse::<SocketAddr>()
+            .map(|a| ListenAddr {
+                ip: a.ip(),
+                port: Some(a.port()),
+            })
+            .map_err(|_| format!("listen address {part:?}: not an IP address or IP:PORT"))
+    }
+}
+
+impl std::fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.port {
+            None => write!(f, "{}", self.ip),
+            Some(port) => write!(f, "{}", SocketAddr::new(self.ip, port)),
+        }
+    }
+}
 
 impl ListenAddrs {
     /// The addresses of `spec` (`addr[,addr…]`), appended to `self` (`-l` repeated).
     pub fn extend_from_spec(&mut self, spec: &str) -> Result<(), String> {
         for part in spec.split(',') {
-            let part = part.trim();
-            let ip = part
-                .parse::<IpAddr>()
-                .map_err(|e| format!("listen address {part:?}: {e}"))?;
-            self.0.push(ip);
+            self.0.push(part.trim().parse()?);
         }
         Ok(())
     }
@@ -269,7 +298,7 @@ impl ListenAddrs {
     /// the argument as a substring of its list; cellcache compares addresses).
     pub fn add_repeated(&mut self, spec: &str) -> Result<(), String> {
         let more = ListenAddrs::parse(spec)?;
-        if more.0.iter().all(|ip| self.0.contains(ip)) {
+        if more.0.iter().all(|a| self.0.contains(a)) {
             return Ok(());
         }
         self.0.extend(more.0);
@@ -283,30 +312,34 @@ impl ListenAddrs {
         Ok(l)
     }
 
-    /// The first address: the one a ring member advertises.
+    /// The first entry's IP: the one a ring member advertises.
     pub fn first(&self) -> IpAddr {
-        self.0[0]
+        self.0[0].ip
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = IpAddr> + '_ {
-        self.0.iter().copied()
+    /// Every entry as a socket address, `port` filling in those without their own.
+    pub fn socket_addrs(&self, port: u16) -> Vec<SocketAddr> {
+        self.0
+            .iter()
+            .map(|a| SocketAddr::new(a.ip, a.port.unwrap_or(port)))
+            .collect()
     }
 }
 
 impl From<IpAddr> for ListenAddrs {
     fn from(ip: IpAddr) -> Self {
-        ListenAddrs(vec![ip])
+        ListenAddrs(vec![ListenAddr { ip, port: None }])
     }
 }
 
 impl std::fmt::Display for ListenAddrs {
-    /// As memcached's `stats settings inter`: the addresses joined by commas.
+    /// As memcached's `stats settings inter`: the entries as given, joined by commas.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for (i, ip) in self.0.iter().enumerate() {
+        for (i, a) in self.0.iter().enumerate() {
             if i > 0 {
                 f.write_str(",")?;
             }
-            write!(f, "{ip}")?;
+            write!(f, "{a}")?;
         }
         Ok(())
     }
@@ -317,7 +350,7 @@ impl Serialize for ListenAddrs {
         if self.0.len() == 1 {
             s.collect_str(&self.0[0])
         } else {
-            s.collect_seq(self.0.iter().map(|ip| ip.to_string()))
+            s.collect_seq(self.0.iter().map(|a| a.to_string()))
         }
     }
 }
@@ -364,15 +397,12 @@ impl Default for ServerConfig {
 impl ServerConfig {
     /// The first listening address (the one a ring member advertises).
     pub fn addr(&self) -> SocketAddr {
-        SocketAddr::new(self.listen.first(), self.port)
+        self.addrs()[0]
     }
 
     /// Every listening address, in order.
     pub fn addrs(&self) -> Vec<SocketAddr> {
-        self.listen
-            .iter()
-            .map(|ip| SocketAddr::new(ip, self.port))
-            .collect()
+        self.listen.socket_addrs(self.port)
     }
 }
 

@@ -52,8 +52,9 @@ impl Node {
         // A ring member's address goes into the map before the engine binds it, and several
         // listeners (-l a,b) share one port: resolve port 0 to a free port now.
         if config.server.port == 0 && (config.cluster.enabled || config.server.addrs().len() > 1) {
-            let probe = std::net::TcpListener::bind(config.server.addr())
-                .context("finding a free client port")?;
+            let probe =
+                std::net::TcpListener::bind(SocketAddr::new(config.server.listen.first(), 0))
+                    .context("finding a free client port")?;
             config.server.port = probe.local_addr()?.port();
         }
         let store = if config.cluster.enabled {
