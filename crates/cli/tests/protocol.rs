@@ -615,6 +615,17 @@ fn meta_keys_opaque_and_quiet_mode_as_memcached() {
         (b"mg a k b\r\n", b"CLIENT_ERROR error decoding key\r\n"),
         (b"ms YWJj 2 b\r\nzz\r\n", b"HD\r\n"),
         (b"mg YWJj b k v\r\n", b"VA 2 kYWJj b\r\nzz\r\n"),
+        // An item's key is echoed as it was stored, whatever the request's form
+        // (regression: cellcache echoed the request's form).
+        (b"mg abc k v\r\n", b"VA 2 kYWJj b\r\nzz\r\n"),
+        (b"ms ab 2\r\nzz\r\n", b"HD\r\n"),
+        (b"mg YWI= b k v\r\n", b"VA 2 kab\r\nzz\r\n"),
+        // Only ms flags an item as stored through a base64 key; ma N and mg N do not.
+        (b"ma YWJk b N0 J1\r\nmg abd k\r\n", b"HD\r\nHD kabd\r\n"),
+        (
+            b"mg YWJl b N30 k s\r\nmg abe k\r\n",
+            b"HD kabe s0 W\r\nHD kabe Z\r\n",
+        ),
         (b"ms eA== 1 k b\r\ny\r\n", b"HD keA== b\r\n"),
         (b"md eA== b k\r\n", b"HD keA== b\r\n"),
         (b"mg eA== b k v\r\n", b"EN keA== b\r\n"),
@@ -710,6 +721,14 @@ fn meta_debug_fields_as_memcached() {
     c.send(b"me n\r\n");
     assert_eq!(field(&c.line(), "size"), "62");
     c.roundtrip(b"me nope\r\n", b"EN\r\n");
+    // The key as stored: base64 for an item stored through a base64 key.
+    c.roundtrip(b"ms YWJj 1 b\r\nx\r\nms ab 1\r\nx\r\n", b"HD\r\nHD\r\n");
+    c.send(b"me abc\r\n");
+    let line = c.line();
+    assert!(line.starts_with("ME YWJj exp=-1 "), "{line}");
+    c.send(b"me YWI= b\r\n");
+    let line = c.line();
+    assert!(line.starts_with("ME ab exp=-1 "), "{line}");
 }
 
 /// `ms` with `N` in append/prepend mode creates a missing item (protocol.txt); memcached

@@ -125,7 +125,9 @@ fn meta_get(
             if !claim && wants_win(&item) {
                 return false; // read again, claiming the token
             }
-            write_hit(out, flags, item_flags(cell, base, &item, now), item.value);
+            let mut key_buf = Vec::new();
+            let f = with_item_key(item_flags(cell, base, &item, now), &item, &mut key_buf);
+            write_hit(out, flags, f, item.value);
             true
         });
         match outcome {
@@ -152,12 +154,16 @@ fn meta_get(
             invalidate: false,
         };
         if cell.store.write(&req, now).is_ok() {
+            // Not flagged as a base64-key item, as memcached 1.6.18 (`mg YWJl b N30 k`
+            // then echoes `kabe`): only `ms` flags it.
             let opts = ReadOptions {
                 claim_win: true,
                 ..ReadOptions::default()
             };
             let written = cell.store.read(k, now, opts, |item| {
-                write_hit(out, flags, item_flags(cell, base, &item, now), item.value);
+                let mut key_buf = Vec::new();
+                let f = with_item_key(item_flags(cell, base, &item, now), &item, &mut key_buf);
+                write_hit(out, flags, f, item.value);
             });
             if written.is_some() {
                 return;
@@ -172,6 +178,33 @@ fn meta_get(
         &base,
         out,
     );
+}
+
+/// The key an item's reply echoes, as memcached: in base64 (with `b`) when the item was
+/// stored through a base64 key, else its plain bytes, whatever form the request used.
+/// `buf` holds the base64 text.
+fn item_key<'k>(item: &ItemView<'k>, buf: &'k mut Vec<u8>) -> (&'k [u8], bool) {
+    if item.key_binary {
+        buf.clear();
+        cellcache_proto::token::base64_encode(item.key, buf);
+        (buf.as_slice(), true)
+    } else {
+        (item.key, false)
+    }
+}
+
+/// Item reply flags with the key echoed as the item was stored (see [`item_key`]).
+fn with_item_key<'f>(
+    f: MetaReplyFlags<'f>,
+    item: &ItemView<'f>,
+    buf: &'f mut Vec<u8>,
+) -> MetaReplyFlags<'f> {
+    let (key, base64_key) = item_key(item, buf);
+    MetaReplyFlags {
+        key: Some(key),
+        base64_key,
+        ..f
+    }
 }
 
 /// An mg hit: `VA <len> <flags>` and the value when `v` was asked, else `HD <flags>`.
@@ -236,6 +269,10 @@ fn meta_set(
     let mut f = base_flags(key, &flags.returns);
     let status = match result {
         Ok(WriteOutcome::Stored { cas }) => {
+            if key.base64 {
+                // memcached flags the item (ITEM_KEY_BINARY): its key is echoed in base64.
+                cell.store.mark_key_binary(k, now);
+            }
             f.cas = Some(crate::local::cas_out(cell, cas));
             f.client_flags = Some(req.flags);
             f.ttl_secs = Some(ttl_of(expiry, now));
@@ -401,9 +438,11 @@ fn meta_debug(cell: &Cell, key: &MetaKey<'_>, now: u32, out: &mut Vec<u8>) {
         ..ReadOptions::default()
     };
     let found = cell.store.read(k, now, opts, |item| {
+        let mut key_buf = Vec::new();
+        let (echo, _) = item_key(&item, &mut key_buf);
         let line = format!(
             "ME {} exp={} la={} cas={} fetch={} cls=1 size={}\r\n",
-            String::from_utf8_lossy(key.wire),
+            String::from_utf8_lossy(echo),
             ttl_of(item.expiry, now),
             now.saturating_sub(item.slab_last_access_secs),
             crate::local::cas_out(cell, item.cas),

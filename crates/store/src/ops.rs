@@ -188,6 +188,8 @@ pub struct ItemView<'a> {
     pub slab_last_access_secs: u32,
     /// Bytes the item takes in the arena (mg `s` reports value length; this is footprint).
     pub item_bytes: usize,
+    /// Stored through a base64 key (meta `b`; see [`crate::Store::mark_key_binary`]).
+    pub key_binary: bool,
 }
 
 /// An item copied out of the store (range hand-off, replication snapshot).

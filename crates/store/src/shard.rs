@@ -23,7 +23,9 @@ use crate::eviction::{EvictionPolicy, LeastLiveOfLru, SecondChanceFifo, SlabLru,
 use crate::expiry::Expiry;
 use crate::feed::{Change, ChangeKind, ChangeSink};
 use crate::index::{Index, SLOT_BYTES, SLOTS_PER_BUCKET};
-use crate::item::{self, CTRL_FETCHED, CTRL_STALE, CTRL_WIN, Header, ItemFields};
+use crate::item::{
+    self, CTRL_FETCHED, CTRL_KEY_BINARY, CTRL_STALE, CTRL_STATE, CTRL_WIN, Header, ItemFields,
+};
 use crate::ops::*;
 use crate::range::HashRange;
 use crate::slab::{ListId, SlabId, SlabMeta, Slabs};
@@ -685,7 +687,7 @@ impl Shard {
                     h.flags,
                     Expiry::at(h.expiry),
                     cas,
-                    state,
+                    state | (h.ctrl & CTRL_KEY_BINARY),
                     now,
                 );
                 self.scratch = buf;
@@ -755,6 +757,7 @@ impl Shard {
             win_token_taken: ctrl & CTRL_WIN != 0,
             slab_last_access_secs: last_access,
             item_bytes: h.total_len,
+            key_binary: ctrl & CTRL_KEY_BINARY != 0,
         });
         if let Some(expiry) = opts.touch {
             // The item was just found under this lock, so the touch finds it too (it may only
@@ -788,7 +791,7 @@ impl Shard {
                 &self.arena[loc as usize + h.key_offset..loc as usize + h.total_len],
             );
             let (k, v) = buf.split_at(h.key_len);
-            let state = h.ctrl & (CTRL_FETCHED | CTRL_STALE | CTRL_WIN);
+            let state = h.ctrl & CTRL_STATE;
             let r = self.store_item(hash, k, v, h.flags, expiry, h.cas, state, now);
             self.scratch = buf;
             match r {
@@ -803,6 +806,13 @@ impl Shard {
         }
         ctx.emit(ChangeKind::Touch { key, expiry });
         true
+    }
+
+    /// Marks the item as stored through a base64 key (meta `b`), in place.
+    pub fn mark_key_binary(&mut self, hash: u64, key: &[u8], now: u32) {
+        if let Some((_, loc, h)) = self.lookup(hash, key, now) {
+            self.arena[loc as usize] = h.ctrl | CTRL_KEY_BINARY;
+        }
     }
 
     pub fn delete(
@@ -829,7 +839,7 @@ impl Shard {
                 &self.arena[loc as usize + h.key_offset..loc as usize + h.total_len],
             );
             let (k, v) = buf.split_at(h.key_len);
-            let state = (h.ctrl & CTRL_FETCHED) | CTRL_STALE;
+            let state = (h.ctrl & (CTRL_FETCHED | CTRL_KEY_BINARY)) | CTRL_STALE;
             let cas = ctx.cas_for(opts.new_cas);
             let r = self.store_item(hash, k, v, h.flags, Expiry::at(h.expiry), cas, state, now);
             self.scratch = buf;
@@ -899,7 +909,7 @@ impl Shard {
             h.flags,
             Expiry::at(h.expiry),
             cas,
-            0,
+            h.ctrl & CTRL_KEY_BINARY,
             now,
         )?;
         self.emit_put(loc, ctx);
@@ -926,6 +936,7 @@ impl Shard {
             slab_last_access_secs: self.slabs.meta[slab_of(loc, self.slab_size) as usize]
                 .last_access,
             item_bytes: h.total_len,
+            key_binary: h.ctrl & CTRL_KEY_BINARY != 0,
         }
     }
 

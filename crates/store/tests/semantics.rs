@@ -1195,3 +1195,37 @@ fn without_cas_items_count_eight_bytes_less() {
         Err(StoreError::TooLarge { .. })
     ));
 }
+
+/// The base64-key mark (meta `ms … b`) survives rewrites of the same item (touch to a new
+/// expiry field, append, incr, invalidation) and is dropped by a new write of the key.
+#[test]
+fn key_binary_mark_follows_the_item() {
+    let s = store();
+    set(&s, b"k", b"1");
+    assert_eq!(s.get(b"k", NOW, |v| v.key_binary), Some(false));
+    s.mark_key_binary(b"k", NOW);
+    assert_eq!(s.get(b"k", NOW, |v| v.key_binary), Some(true));
+    assert!(s.touch(b"k", Expiry::at(NOW + 100), NOW));
+    assert_eq!(s.get(b"k", NOW, |v| v.key_binary), Some(true));
+    let append = WriteRequest {
+        mode: WriteMode::Append,
+        ..WriteRequest::set(b"k", b"2")
+    };
+    assert!(matches!(
+        s.write(&append, NOW),
+        Ok(WriteOutcome::Stored { .. })
+    ));
+    assert!(s.arith(b"k", NOW, &ArithRequest::incr(1)).is_ok());
+    let inval = DeleteOptions {
+        invalidate: true,
+        ..DeleteOptions::default()
+    };
+    assert_eq!(s.delete(b"k", NOW, inval), DeleteOutcome::Deleted);
+    assert_eq!(
+        s.get(b"k", NOW, |v| (v.value.to_vec(), v.key_binary)),
+        Some((b"13".to_vec(), true))
+    );
+    set(&s, b"k", b"new");
+    assert_eq!(s.get(b"k", NOW, |v| v.key_binary), Some(false));
+    s.check_invariants();
+}
