@@ -20,6 +20,7 @@ const KEYS: &[(&str, &str)] = &[
     ("disable_evictions", "store.evictions"),
     ("disable_cas", "store.cas_enabled"),
     ("max_reqs_per_event", ""),
+    ("detail_delimiter", "server.detail_delimiter"),
     ("protocol", "server.binding_protocol"),
     ("extended", ""),
     ("io_engine", "server.io_engine"),
@@ -54,6 +55,7 @@ fn default_of(id: &str, key: &str, defaults: &toml::Table) -> String {
         "disable_cas" => return "off (CAS on)".into(),
         "max_reqs_per_event" => return "none (accepted, ignored)".into(),
         "extended" => return "none".into(),
+        "detail_delimiter" => return "':' with counts off (server.detail_enabled)".into(),
         "verbose" => return format!("off (log.level {})", config.log.level),
         "peer_port" if config.cluster.peer_port == 0 => return "client port + 10000".into(),
         "state_dir" if config.cluster.state_dir.is_empty() => {

@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 use cellcache_node::config::{BindingProtocol, IoEngineKind, LogFormat, NodeConfig};
-use std::net::IpAddr;
+
 use std::path::PathBuf;
 
 /// Flags override the config file and the environment. Short forms are memcached's.
@@ -11,10 +11,12 @@ pub struct ServeArgs {
     /// TOML configuration file (see cellcache.example.toml).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Address to listen on (a ring member advertises it to the others: not 0.0.0.0 unless
-    /// cluster.advertise_host is set).
-    #[arg(short = 'l', long, value_name = "ADDR")]
-    pub listen: Option<IpAddr>,
+    /// Address(es) to listen on: repeat -l or separate with commas (-l 127.0.0.1,::1), as
+    /// memcached; an address twice in one list fails ("Address already in use"), a repeated
+    /// -l of listed addresses is ignored, as memcached. A ring member
+    /// advertises the first (not 0.0.0.0 unless cluster.advertise_host is set).
+    #[arg(short = 'l', long, value_name = "ADDR[,ADDR...]")]
+    pub listen: Vec<String>,
     /// TCP port for memcached clients (0 = any free port).
     #[arg(short = 'p', long, value_name = "PORT")]
     pub port: Option<u16>,
@@ -54,6 +56,9 @@ pub struct ServeArgs {
     /// connection's turn by its output (io.output_buffer_high_bytes) instead.
     #[arg(short = 'R', long, value_name = "N")]
     pub max_reqs_per_event: Option<u32>,
+    /// Prefix delimiter for `stats detail`, and turn the per-prefix counts on (memcached -D).
+    #[arg(short = 'D', long, value_name = "CHAR")]
+    pub detail_delimiter: Option<char>,
     /// Protocol: auto (by each connection's first byte), ascii or binary (memcached -B).
     #[arg(short = 'B', long, value_name = "PROTOCOL")]
     pub protocol: Option<BindingProtocol>,
@@ -132,8 +137,14 @@ impl ServeArgs {
     pub fn resolve_with_notes(&self) -> anyhow::Result<(NodeConfig, Vec<String>)> {
         let mut ignored = Vec::new();
         let mut c = NodeConfig::load(self.config.as_deref())?;
-        if let Some(v) = self.listen {
-            c.server.listen = v;
+        if !self.listen.is_empty() {
+            // Flags replace the configured list; repeated -l add to each other.
+            let mut l = cellcache_node::config::ListenAddrs::parse(&self.listen[0])
+                .map_err(anyhow::Error::msg)?;
+            for spec in &self.listen[1..] {
+                l.add_repeated(spec).map_err(anyhow::Error::msg)?;
+            }
+            c.server.listen = l;
         }
         if let Some(v) = self.port {
             c.server.port = v;
@@ -184,6 +195,11 @@ impl ServeArgs {
         }
         if let Some(p) = self.protocol {
             c.server.binding_protocol = p;
+        }
+        if let Some(d) = self.detail_delimiter {
+            // As memcached's -D: sets the delimiter and turns the counts on.
+            c.server.detail_delimiter = d;
+            c.server.detail_enabled = true;
         }
         for spec in &self.extended {
             apply_extended(&mut c, spec, &mut ignored)?;
@@ -425,17 +441,52 @@ mod tests {
         assert_eq!(ignored, ["-R 5"]);
         let (c, _) = serve(&[]).unwrap();
         assert!(c.server.flush_enabled && c.store.evictions && c.store.cas_enabled);
-        // As memcached: -R 0 and unknown -B values are refused.
+        // As memcached: -R 0 and unknown -B values are refused; -B binary is served.
         assert!(serve(&["-R", "0"]).is_err());
         let err = serve(&["-B", "foo"]).unwrap_err().to_string();
         assert!(err.contains("Invalid value for binding protocol"), "{err}");
-        assert_eq!(
-            serve(&["-B", "binary"]).unwrap().0.server.binding_protocol,
-            BindingProtocol::Binary
-        );
+        let (c, _) = serve(&["-B", "binary"]).unwrap();
+        assert_eq!(c.server.binding_protocol, BindingProtocol::Binary);
+        // -D sets the stats detail delimiter and turns the counts on, as memcached's.
+        let (c, _) = serve(&["-D", "/"]).unwrap();
+        assert!(c.server.detail_enabled);
+        assert_eq!(c.server.detail_delimiter, '/');
+        assert!(!serve(&[]).unwrap().0.server.detail_enabled);
         // Unknown flags still fail with a usage message.
         let err = serve(&["-Z"]).unwrap_err().to_string();
         assert!(err.contains("Usage"), "{err}");
+    }
+
+    /// -l as memcached: repeated or comma-separated, a repetition of listed addresses
+    /// ignored; the TOML key takes a string or a list.
+    #[test]
+    fn listen_addresses_as_memcached() {
+        let addrs = |flags: &[&str]| {
+            let (c, _) = serve(flags).unwrap();
+            c.server.listen.to_string()
+        };
+        assert_eq!(addrs(&[]), "127.0.0.1");
+        assert_eq!(addrs(&["-l", "127.0.0.2"]), "127.0.0.2");
+        assert_eq!(addrs(&["-l", "127.0.0.1", "-l", "::1"]), "127.0.0.1,::1");
+        assert_eq!(addrs(&["-l", "127.0.0.1,::1"]), "127.0.0.1,::1");
+        assert_eq!(addrs(&["-l", "127.0.0.1", "-l", "127.0.0.1"]), "127.0.0.1");
+        // Within one list a duplicate stays, and the bind fails as memcached's does.
+        assert_eq!(addrs(&["-l", "127.0.0.1,127.0.0.1"]), "127.0.0.1,127.0.0.1");
+        assert!(serve(&["-l", "nonsense"]).is_err());
+        // IP:PORT entries keep their port, as memcached's -l 127.0.0.1:21601,127.0.0.1.
+        let (c, _) =
+            serve(&["-l", "127.0.0.1:21601,[::1]:21602,127.0.0.1", "-p", "21600"]).unwrap();
+        assert_eq!(
+            c.server.listen.to_string(),
+            "127.0.0.1:21601,[::1]:21602,127.0.0.1"
+        );
+        let addrs: Vec<String> = c.server.addrs().iter().map(|a| a.to_string()).collect();
+        assert_eq!(addrs, ["127.0.0.1:21601", "[::1]:21602", "127.0.0.1:21600"]);
+        let c = NodeConfig::from_toml_str("[server]\nlisten = [\"127.0.0.1\", \"127.0.0.2\"]\n")
+            .unwrap();
+        assert_eq!(c.server.addrs().len(), 2);
+        let c = NodeConfig::from_toml_str("[server]\nlisten = \"127.0.0.1,127.0.0.3\"\n").unwrap();
+        assert_eq!(c.server.listen.to_string(), "127.0.0.1,127.0.0.3");
     }
 
     /// -o: the ones that apply are applied, the rest checked as memcached checks them and

@@ -512,6 +512,587 @@ fn meta_commands() {
     c.roundtrip(b"ma nope q\r\nmn\r\n", b"NF\r\nMN\r\n");
 }
 
+/// The CAS `mg <key> c` reports (`HD c<cas> …`).
+fn meta_cas(c: &mut Client, key: &str) -> u64 {
+    c.send(format!("mg {key} c\r\n").as_bytes());
+    let line = c.line();
+    let rest = line.strip_prefix("HD c").expect(&line);
+    rest.split(' ').next().unwrap().parse().unwrap()
+}
+
+/// Stale items, win/recache tokens and vivify, as memcached 1.6.18 answers them (every
+/// expected line was measured against it; TTLs other than -1 and CAS values are compared
+/// only relatively, since they depend on the clock and the server's CAS counter).
+#[test]
+fn meta_stale_win_recache_and_vivify_as_memcached() {
+    let s = server();
+    let mut c = s.connect();
+    c.roundtrip(b"ms a 2 T0\r\nhi\r\n", b"HD\r\n");
+    let fresh = meta_cas(&mut c, "a");
+    // md I marks stale and gives the item a new CAS (regression: cellcache kept the old one).
+    c.roundtrip(b"md a I\r\n", b"HD\r\n");
+    c.send(b"mg a c v\r\n");
+    let line = c.line();
+    let stale: u64 = line
+        .strip_prefix("VA 2 c")
+        .and_then(|r| r.strip_suffix(" X W"))
+        .expect(&line)
+        .parse()
+        .unwrap();
+    assert_ne!(stale, fresh, "md I bumps the CAS");
+    assert_eq!(c.line(), "hi");
+    c.roundtrip(b"mg a v\r\n", b"VA 2 Z X\r\nhi\r\n");
+    c.roundtrip(b"mg a t\r\n", b"HD t-1 Z X\r\n");
+    // The old CAS no longer deletes it.
+    c.roundtrip(format!("md a C{fresh}\r\n").as_bytes(), b"EX\r\n");
+    // ms I with an older CAS stores, still stale, and the token already handed out stays
+    // handed out (regression: cellcache handed a second W).
+    c.roundtrip(format!("ms a 2 I C{fresh}\r\nzz\r\n").as_bytes(), b"HD\r\n");
+    c.roundtrip(b"mg a v\r\n", b"VA 2 Z X\r\nzz\r\n");
+    // A newer CAS that does not match is still EX, with or without I.
+    c.roundtrip(
+        format!("ms a 2 I C{}\r\nyy\r\n", stale + 1_000_000).as_bytes(),
+        b"EX\r\n",
+    );
+    // A plain write clears the stale state.
+    c.roundtrip(b"ms a 2\r\nok\r\n", b"HD\r\n");
+    c.roundtrip(b"mg a v t\r\n", b"VA 2 t-1\r\nok\r\n");
+    // ms I without C is a plain set.
+    c.roundtrip(b"md a I\r\nms a 2 I\r\nnn\r\n", b"HD\r\nHD\r\n");
+    c.roundtrip(b"mg a v\r\n", b"VA 2\r\nnn\r\n");
+    // md I / ms I C on a missing key.
+    c.roundtrip(b"md gone I\r\n", b"NF\r\n");
+    c.roundtrip(b"ms gone 2 I C1\r\nzz\r\n", b"NF\r\n");
+    // Stale with a stale TTL: md I T30 keeps the item and the reader wins.
+    c.roundtrip(
+        b"ms st 2 T100\r\nab\r\nmd st I T30 q\r\nmn\r\n",
+        b"HD\r\nMN\r\n",
+    );
+    c.send(b"mg st v t\r\n");
+    let line = c.line();
+    assert!(
+        line.starts_with("VA 2 t") && line.ends_with(" X W"),
+        "{line}"
+    );
+    assert_eq!(c.line(), "ab");
+    // Vivify on miss: the first reader gets an empty item and W, later ones Z.
+    c.roundtrip(b"mg vv N30 v\r\n", b"VA 0 W\r\n\r\n");
+    c.roundtrip(b"mg vv N30 v\r\n", b"VA 0 Z\r\n\r\n");
+    c.roundtrip(b"mg vv s f\r\n", b"HD s0 f0 Z\r\n");
+    c.roundtrip(b"mg vv q v\r\n", b"VA 0 Z\r\n\r\n");
+    c.roundtrip(b"ms vv 3\r\nabc\r\n", b"HD\r\n");
+    c.roundtrip(b"mg vv v\r\n", b"VA 3\r\nabc\r\n");
+    c.roundtrip(b"mg vq N30 q v\r\n", b"VA 0 W\r\n\r\n");
+    // Recache: a TTL below R wins once; a higher R after that sees Z.
+    c.roundtrip(b"ms b 1 T100\r\nx\r\n", b"HD\r\n");
+    c.roundtrip(b"mg b R200 v\r\n", b"VA 1 W\r\nx\r\n");
+    c.roundtrip(b"mg b R200 v\r\n", b"VA 1 Z\r\nx\r\n");
+    c.roundtrip(b"mg b R50 v\r\n", b"VA 1 Z\r\nx\r\n");
+    c.roundtrip(b"ms b 1 T100\r\ny\r\nmg b R200\r\n", b"HD\r\nHD W\r\n");
+    c.roundtrip(
+        b"ms nx 1\r\nx\r\nmg nx R30 v t\r\n",
+        b"HD\r\nVA 1 t-1\r\nx\r\n",
+    );
+    // A stale item with R: the stale win comes first.
+    c.roundtrip(
+        b"md nx I\r\nmg nx R30 t v\r\n",
+        b"HD\r\nVA 1 t-1 X W\r\nx\r\n",
+    );
+    c.roundtrip(b"mg nx N30 t v\r\n", b"VA 1 t-1 Z X\r\nx\r\n");
+}
+
+/// Keys, opaques and quiet mode per meta command, as memcached 1.6.18 answers them.
+#[test]
+fn meta_keys_opaque_and_quiet_mode_as_memcached() {
+    let s = server();
+    let mut c = s.connect();
+    let steps: &[(&[u8], &[u8])] = &[
+        (b"ms a 2 T0 F5\r\nhi\r\n", b"HD\r\n"),
+        (
+            b"mg a v t f k s O99 q\r\n",
+            b"VA 2 t-1 f5 ka s2 O99\r\nhi\r\n",
+        ),
+        (b"mg a k b\r\n", b"CLIENT_ERROR error decoding key\r\n"),
+        (b"ms YWJj 2 b\r\nzz\r\n", b"HD\r\n"),
+        (b"mg YWJj b k v\r\n", b"VA 2 kYWJj b\r\nzz\r\n"),
+        // An item's key is echoed as it was stored, whatever the request's form
+        // (regression: cellcache echoed the request's form).
+        (b"mg abc k v\r\n", b"VA 2 kYWJj b\r\nzz\r\n"),
+        (b"ms ab 2\r\nzz\r\n", b"HD\r\n"),
+        (b"mg YWI= b k v\r\n", b"VA 2 kab\r\nzz\r\n"),
+        // Only ms flags an item as stored through a base64 key; ma N and mg N do not.
+        (b"ma YWJk b N0 J1\r\nmg abd k\r\n", b"HD\r\nHD kabd\r\n"),
+        (
+            b"mg YWJl b N30 k s\r\nmg abe k\r\n",
+            b"HD kabe s0 W\r\nHD kabe Z\r\n",
+        ),
+        (b"ms eA== 1 k b\r\ny\r\n", b"HD keA== b\r\n"),
+        (b"md eA== b k\r\n", b"HD keA== b\r\n"),
+        (b"mg eA== b k v\r\n", b"EN keA== b\r\n"),
+        (b"mg nokey k O1 v\r\n", b"EN knokey O1\r\n"),
+        (b"mg nokey s v t f\r\n", b"EN\r\n"),
+        (b"mg nokey k O1 v q\r\nmn\r\n", b"MN\r\n"),
+        (b"ms o 1 O\r\nx\r\n", b"HD O\r\n"),
+        (
+            b"ms o 1 Oabc Odef\r\nx\r\n",
+            b"CLIENT_ERROR duplicate flag\r\n",
+        ),
+        // quiet: md hides HD, shows NF with its key and opaque
+        (b"md o q\r\nmd o q\r\nmn\r\n", b"NF\r\nMN\r\n"),
+        (b"md nope q k O5\r\n", b"NF knope O5\r\n"),
+        // quiet: ms hides HD, shows NS
+        (b"ms c 1 q O7 k\r\nx\r\nmn\r\n", b"MN\r\n"),
+        (b"ms c2 1 MR q k O3\r\nx\r\n", b"NS kc2 O3\r\n"),
+        (b"ms c 1 ME k O3\r\nx\r\n", b"NS kc O3\r\n"),
+        // ms modes are upper case only (regression: cellcache took `Ms` `Ma` …)
+        (
+            b"ms c 1 Ms\r\nx\r\n",
+            b"CLIENT_ERROR invalid mode for ms M token\r\n",
+        ),
+        (
+            b"ms c 1 Ma\r\nx\r\n",
+            b"CLIENT_ERROR invalid mode for ms M token\r\n",
+        ),
+        (b"ms c 1 MP\r\ny\r\nmg c v\r\n", b"HD\r\nVA 2\r\nyx\r\n"),
+        // ma: quiet hides success even with v (regression: cellcache sent the VA)
+        (b"ma n q\r\nmn\r\n", b"NF\r\nMN\r\n"),
+        // ... but not a counter created by N (regression: cellcache hid its HD)
+        (b"ma viv q N0 J5\r\nma viv q v\r\nmn\r\n", b"HD\r\nMN\r\n"),
+        (b"ma viv2 q N0 J5 v\r\n", b"VA 1\r\n5\r\n"),
+        (b"ma n N0 J13 v t\r\n", b"VA 2 t-1\r\n13\r\n"),
+        (b"ma n q v\r\nma n q\r\nmn\r\n", b"MN\r\n"),
+        (b"ma n v\r\n", b"VA 2\r\n16\r\n"),
+        (
+            b"ma n MD D20 v\r\nma n M- v\r\n",
+            b"VA 1\r\n0\r\nVA 1\r\n0\r\n",
+        ),
+        (
+            b"ma n M+ D5 v\r\nma n MI D5 v\r\n",
+            b"VA 1\r\n5\r\nVA 2\r\n10\r\n",
+        ),
+        (
+            b"ma n Mi\r\n",
+            b"CLIENT_ERROR invalid mode for ma M token\r\n",
+        ),
+        (
+            b"ma n Md\r\n",
+            b"CLIENT_ERROR invalid mode for ma M token\r\n",
+        ),
+        (b"ma n2 N10 J5 k O7 v\r\n", b"VA 1 kn2 O7\r\n5\r\n"),
+        (b"ma n2 k O7\r\n", b"HD kn2 O7\r\n"),
+        (b"ma n3 k O7 q\r\n", b"NF kn3 O7\r\n"),
+        (
+            b"ms nn 2\r\nab\r\nma nn q\r\n",
+            b"HD\r\nCLIENT_ERROR cannot increment or decrement non-numeric value\r\n",
+        ),
+        (b"ms big 5 T-1\r\nhello\r\nmg big v\r\n", b"HD\r\nEN\r\n"),
+        (b"mn\r\n", b"MN\r\n"),
+    ];
+    for (req, want) in steps {
+        c.roundtrip(req, want);
+    }
+}
+
+/// `me`: memcached's fields; `size` is memcached's item size (regression: cellcache
+/// printed its own packed size), `fetch` follows reads, `exp=-1` without expiry.
+#[test]
+fn meta_debug_fields_as_memcached() {
+    let s = server();
+    let mut c = s.connect();
+    c.roundtrip(b"ms plain 3 F7\r\nabc\r\n", b"HD\r\n");
+    let field = |line: &str, name: &str| -> String {
+        line.split(' ')
+            .find_map(|f| f.strip_prefix(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("{line} lacks {name}"))
+            .to_string()
+    };
+    c.send(b"me plain\r\n");
+    let line = c.line();
+    assert!(line.starts_with("ME plain exp=-1 la="), "{line}");
+    // 48-byte header + key and NUL + value and \r\n + 8-byte CAS + 4 bytes of flags
+    assert_eq!(field(&line, "size"), "71");
+    assert_eq!(field(&line, "fetch"), "no");
+    assert_eq!(field(&line, "cls"), "1");
+    c.roundtrip(b"mg plain v\r\n", b"VA 3\r\nabc\r\n");
+    c.send(b"me plain\r\n");
+    let line = c.line();
+    assert_eq!(field(&line, "fetch"), "yes");
+    c.roundtrip(b"ms n 2\r\n14\r\n", b"HD\r\n");
+    c.send(b"me n\r\n");
+    assert_eq!(field(&c.line(), "size"), "62");
+    c.roundtrip(b"me nope\r\n", b"EN\r\n");
+    // The key as stored: base64 for an item stored through a base64 key.
+    c.roundtrip(b"ms YWJj 1 b\r\nx\r\nms ab 1\r\nx\r\n", b"HD\r\nHD\r\n");
+    c.send(b"me abc\r\n");
+    let line = c.line();
+    assert!(line.starts_with("ME YWJj exp=-1 "), "{line}");
+    c.send(b"me YWI= b\r\n");
+    let line = c.line();
+    assert!(line.starts_with("ME ab exp=-1 "), "{line}");
+}
+
+/// `ms` with `N` in append/prepend mode creates a missing item (protocol.txt); memcached
+/// 1.6.18 answers `NS` (it predates the flag), so this is cellcache-only.
+#[test]
+fn meta_set_append_vivifies_with_n() {
+    if common::is_memcached() {
+        return;
+    }
+    let s = server();
+    let mut c = s.connect();
+    c.roundtrip(b"ms d 1 MA N30\r\nz\r\n", b"HD\r\n");
+    c.roundtrip(b"ms d 1 MP N30\r\ny\r\nmg d v\r\n", b"HD\r\nVA 2\r\nyz\r\n");
+}
+
+/// Reads reply lines up to and including `END`.
+fn lines_to_end(c: &mut Client, req: &[u8]) -> Vec<String> {
+    c.send(req);
+    let mut lines = Vec::new();
+    for _ in 0..10_000 {
+        let l = c.line();
+        if l == "END" {
+            return lines;
+        }
+        lines.push(l);
+    }
+    panic!("no END after 10 000 lines");
+}
+
+/// `stats detail`, as memcached 1.6.18 answers it (measured): per-prefix counts of every
+/// retrieved key, classic storage command and delete; meta commands, incr and touch are
+/// not counted; keys without the delimiter neither; `stats reset` forgets the table.
+/// In a ring the table is the cell's own (it counts what it executed), so this runs on
+/// one cell.
+#[test]
+fn stats_detail_counts_per_prefix() {
+    if common::test_ring_size() > 1 {
+        return;
+    }
+    let s = server();
+    let mut c = s.connect();
+    c.roundtrip(
+        b"stats detail\r\n",
+        b"CLIENT_ERROR usage: stats detail on|off|dump\r\n",
+    );
+    c.roundtrip(
+        b"stats detail ON\r\n",
+        b"CLIENT_ERROR usage: stats detail on|off|dump\r\n",
+    );
+    c.roundtrip(b"stats detail dump\r\n", b"END\r\n");
+    c.roundtrip(b"stats detail on\r\n", b"OK\r\n");
+    let steps: &[(&[u8], &[u8])] = &[
+        (b"set foo:a 0 0 1\r\nx\r\n", b"STORED\r\n"),
+        (b"add foo:a 0 0 1\r\nx\r\n", b"NOT_STORED\r\n"),
+        (b"set bar:a 0 100 2\r\nxy\r\n", b"STORED\r\n"),
+        (b"set nodelim 0 0 1\r\nx\r\n", b"STORED\r\n"),
+        (
+            b"get foo:a foo:zz nodelim\r\n",
+            b"VALUE foo:a 0 1\r\nx\r\nVALUE nodelim 0 1\r\nx\r\nEND\r\n",
+        ),
+        (b"delete foo:a\r\n", b"DELETED\r\n"),
+        (b"delete foo:c\r\n", b"NOT_FOUND\r\n"),
+        (b"touch bar:a 10\r\n", b"TOUCHED\r\n"),
+        (b"mg bar:a v\r\n", b"VA 2\r\nxy\r\n"),
+        (b"ms bar:x 1\r\nx\r\nmd bar:x\r\n", b"HD\r\nHD\r\n"),
+    ];
+    for (req, want) in steps {
+        c.roundtrip(req, want);
+    }
+    let mut dump = lines_to_end(&mut c, b"stats detail dump\r\n");
+    dump.sort();
+    assert_eq!(
+        dump,
+        [
+            "PREFIX bar get 0 hit 0 set 1 del 0",
+            "PREFIX foo get 2 hit 1 set 2 del 2",
+        ]
+    );
+    let settings = c.stats("settings");
+    assert!(settings.contains(&("detail_enabled".into(), "yes".into())));
+    assert!(settings.contains(&("stat_key_prefix".into(), ":".into())));
+    // off stops counting, the table stays
+    c.roundtrip(b"stats detail off extra\r\n", b"OK\r\n");
+    c.roundtrip(b"get bar:a\r\n", b"VALUE bar:a 0 2\r\nxy\r\nEND\r\n");
+    let mut again = lines_to_end(&mut c, b"stats detail dump\r\n");
+    again.sort();
+    assert_eq!(again, dump);
+    c.roundtrip(b"stats reset\r\n", b"RESET\r\n");
+    c.roundtrip(b"stats detail dump\r\n", b"END\r\n");
+}
+
+/// `-D <char>` sets the prefix delimiter and turns the counts on, as memcached's `-D`.
+#[test]
+fn stats_detail_with_dash_d() {
+    if common::test_ring_size() > 1 {
+        return;
+    }
+    let s = Server::start(&["-m", "64", "-D", "/"]);
+    let mut c = s.connect();
+    c.roundtrip(
+        b"set a/b 0 0 1\r\nx\r\nget a/b c:d\r\n",
+        b"STORED\r\nVALUE a/b 0 1\r\nx\r\nEND\r\n",
+    );
+    c.roundtrip(
+        b"stats detail dump\r\n",
+        b"PREFIX a get 1 hit 1 set 1 del 0\r\nEND\r\n",
+    );
+}
+
+/// `stats cachedump <class> <limit>`: memcached's argument checks and line format. Which
+/// items a dump lists differs (memcached walks one LRU segment, cellcache the whole arena),
+/// so the listing is checked against cellcache only.
+#[test]
+fn stats_cachedump() {
+    let s = server();
+    let mut c = s.connect();
+    let steps: &[(&[u8], &[u8])] = &[
+        (b"stats cachedump\r\n", b"CLIENT_ERROR bad command line\r\n"),
+        (
+            b"stats cachedump 1\r\n",
+            b"CLIENT_ERROR bad command line\r\n",
+        ),
+        (
+            b"stats cachedump x 1\r\n",
+            b"CLIENT_ERROR bad command line format\r\n",
+        ),
+        (
+            b"stats cachedump 1 -1\r\n",
+            b"CLIENT_ERROR bad command line format\r\n",
+        ),
+        (
+            b"stats cachedump 64 1\r\n",
+            b"CLIENT_ERROR Illegal slab id\r\n",
+        ),
+        (b"stats cachedump 63 1\r\n", b"END\r\n"),
+        (b"stats cachedump 2 0\r\n", b"END\r\n"),
+    ];
+    for (req, want) in steps {
+        c.roundtrip(req, want);
+    }
+    if common::is_memcached() || common::test_ring_size() > 1 {
+        return;
+    }
+    c.roundtrip(b"stats cachedump 1 0\r\n", b"END\r\n");
+    c.roundtrip(
+        b"set k1 0 0 3\r\nabc\r\nset k2 0 0 1\r\nx\r\nset k3 0 1000000 2\r\nxy\r\n",
+        b"STORED\r\nSTORED\r\nSTORED\r\n",
+    );
+    let mut all = lines_to_end(&mut c, b"stats cachedump 1 0\r\n");
+    all.sort();
+    assert_eq!(all[0], "ITEM k1 [3 b; 0 s]");
+    assert_eq!(all[1], "ITEM k2 [1 b; 0 s]");
+    let at: u64 = all[2]
+        .strip_prefix("ITEM k3 [2 b; ")
+        .and_then(|r| r.strip_suffix(" s]"))
+        .expect(&all[2])
+        .parse()
+        .unwrap();
+    assert!(at > 1_000_000_000, "absolute unix time: {at}");
+    assert_eq!(lines_to_end(&mut c, b"stats cachedump 1 2\r\n").len(), 2);
+}
+
+/// `stats conns`, as memcached 1.6.18: per listener `<fd>:addr`, `<fd>:state
+/// conn_listening`, `<fd>:secs_since_last_cmd`; per connection `<fd>:addr tcp:IP:PORT`,
+/// `<fd>:listen_addr`, `<fd>:state` (`conn_parse_cmd` for the one asking) and
+/// `<fd>:secs_since_last_cmd`.
+#[test]
+fn stats_conns_lists_listeners_and_connections() {
+    let s = server();
+    let mut asking = s.connect();
+    let mut other = s.connect();
+    other.roundtrip(b"version\r\n", b"VERSION ");
+    other.line();
+    let conns = asking.stats("conns");
+    let value = |name: &str, value: &str| {
+        conns
+            .iter()
+            .filter(|(k, v)| k.ends_with(name) && v == value)
+            .count()
+    };
+    let listen = format!("tcp:{}", s.addr);
+    assert_eq!(value(":addr", &listen), 1, "{conns:?}");
+    assert_eq!(value(":state", "conn_listening"), 1, "{conns:?}");
+    assert_eq!(value(":listen_addr", &listen), 2, "{conns:?}");
+    assert_eq!(value(":state", "conn_parse_cmd"), 1, "{conns:?}");
+    // Each connection's lines share its descriptor prefix; both clients are listed.
+    let fds: std::collections::BTreeSet<&str> = conns
+        .iter()
+        .filter(|(k, _)| k.ends_with(":listen_addr"))
+        .map(|(k, _)| k.split(':').next().unwrap())
+        .collect();
+    assert_eq!(fds.len(), 2);
+    for fd in fds {
+        for field in ["addr", "state", "secs_since_last_cmd"] {
+            assert!(
+                conns.iter().any(|(k, _)| k == &format!("{fd}:{field}")),
+                "{fd}:{field} in {conns:?}"
+            );
+        }
+    }
+    drop(other);
+    // The closed connection leaves the list (bounded wait: the server notices the close).
+    common::wait_until(
+        "a closed connection leaves stats conns",
+        std::time::Duration::from_secs(10),
+        std::time::Duration::from_millis(20),
+        || {
+            asking
+                .stats("conns")
+                .iter()
+                .filter(|(k, _)| k.ends_with(":listen_addr"))
+                .count()
+                == 1
+        },
+    );
+}
+
+/// A repeated `-l` adds a listener (memcached 1.6.18: `-l 127.0.0.1 -l 127.0.0.2` serves
+/// both, `stats settings inter` is `127.0.0.1,127.0.0.2`, and `stats conns` gives each
+/// connection the listener it came through).
+#[test]
+fn repeated_dash_l_listens_on_every_address() {
+    let s = Server::start(&["-m", "64", "-l", "127.0.0.2"]);
+    let second = std::net::SocketAddr::from(([127, 0, 0, 2], s.addr.port()));
+    let mut c = common::Client::to(second);
+    c.roundtrip(b"set k 0 0 1\r\nx\r\n", b"STORED\r\n");
+    let mut first = s.connect();
+    first.roundtrip(b"get k\r\n", b"VALUE k 0 1\r\nx\r\nEND\r\n");
+    let settings = c.stats("settings");
+    assert!(
+        settings.contains(&("inter".into(), "127.0.0.1,127.0.0.2".into())),
+        "{settings:?}"
+    );
+    let conns = c.stats("conns");
+    let listen = |addr: std::net::SocketAddr| {
+        conns
+            .iter()
+            .filter(|(k, v)| k.ends_with(":listen_addr") && *v == format!("tcp:{addr}"))
+            .count()
+    };
+    assert_eq!(listen(s.addr), 1, "{conns:?}");
+    assert_eq!(listen(second), 1, "{conns:?}");
+    assert_eq!(
+        conns.iter().filter(|(_, v)| v == "conn_listening").count(),
+        2
+    );
+}
+
+/// An `-l IP:PORT` entry listens on its own port (memcached 1.6.18:
+/// `-l 127.0.0.1:21601,127.0.0.1 -p 21600` serves both ports). One server only: a ring's
+/// cells cannot share the fixed port.
+#[test]
+fn dash_l_with_a_port_listens_there() {
+    if common::test_ring_size() > 1 {
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let own = format!("127.0.0.1:{port}");
+    let s = Server::start(&["-m", "64", "-l", &own]);
+    let mut c = common::Client::to(own.parse().unwrap());
+    c.roundtrip(b"set k 0 0 1\r\nx\r\n", b"STORED\r\n");
+    s.connect()
+        .roundtrip(b"get k\r\n", b"VALUE k 0 1\r\nx\r\nEND\r\n");
+    let settings = c.stats("settings");
+    assert!(
+        settings.contains(&("inter".into(), format!("127.0.0.1,{own}"))),
+        "{settings:?}"
+    );
+}
+
+/// The same address twice in one `-l` list fails the start with "Address already in use",
+/// as memcached 1.6.18 (`-l 127.0.0.1,127.0.0.1`: "failed to listen on one of
+/// interface(s) …: Address already in use", exit 71).
+#[test]
+fn dash_l_with_an_address_twice_fails() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let mut cmd = if common::is_memcached() {
+        let mut c = std::process::Command::new("memcached");
+        c.args(["-U", "0", "-u", "root"]);
+        c
+    } else {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_cellcache"));
+        c.args(["serve", "--standalone"]);
+        if let Some(engine) = common::io_engine() {
+            c.args(["--io-engine", &engine]);
+        }
+        c
+    };
+    cmd.args(["-l", "127.0.0.1,127.0.0.1", "-p", &port])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("the server kept running with an address given twice");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(!status.success());
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(err.contains("Address already in use"), "{err}");
+}
+
+/// `stats reset` zeroes what memcached 1.6.18's does (measured: `total_items`,
+/// `total_connections`, `bytes_read`, `evictions`, `reclaimed`, … go to 0) and keeps the
+/// gauges (`curr_items`, `curr_connections`). Regression: cellcache kept the item,
+/// connection and traffic counters.
+#[test]
+fn stats_reset_clears_what_memcached_clears() {
+    let s = server();
+    let mut c = s.connect();
+    c.roundtrip(
+        b"set a 0 0 1\r\n1\r\nset b 0 0 1\r\n2\r\nget a\r\n",
+        b"STORED\r\nSTORED\r\nVALUE a 0 1\r\n1\r\nEND\r\n",
+    );
+    c.roundtrip(b"stats reset\r\n", b"RESET\r\n");
+    let stats = c.stats("");
+    let get = |k: &str| -> u64 {
+        stats
+            .iter()
+            .find(|(n, _)| n == k)
+            .unwrap_or_else(|| panic!("stats lacks {k}"))
+            .1
+            .parse()
+            .unwrap()
+    };
+    for zero in [
+        "total_items",
+        "cmd_get",
+        "cmd_set",
+        "get_hits",
+        "evictions",
+        "reclaimed",
+        "expired_unfetched",
+        "evicted_unfetched",
+        "rejected_connections",
+    ] {
+        assert_eq!(get(zero), 0, "{zero} after stats reset");
+    }
+    if common::test_ring_size() == 1 {
+        assert_eq!(get("total_connections"), 0);
+    }
+    // Only this `stats` request was read since the reset.
+    assert!(get("bytes_read") < 100, "bytes_read {}", get("bytes_read"));
+    assert_eq!(get("curr_items"), 2);
+    assert!(get("curr_connections") >= 1);
+}
+
 /// `gat`/`gats`/`mg T` with a negative or past exptime return the value once, then the item
 /// is expired (memcached 1.6.18: `gat -1 a` answers `VALUE a 0 2`, the next `get a` `END`).
 #[test]

@@ -38,7 +38,7 @@ struct EchoSession {
 
 impl Service for Echo {
     type Session = EchoSession;
-    fn open(&self, _peer: SocketAddr, _notify: Notify) -> EchoSession {
+    fn open(&self, _conn: cellcache_io::Accepted, _notify: Notify) -> EchoSession {
         EchoSession {
             answered: self.answered.clone(),
         }
@@ -188,7 +188,7 @@ fn serve(args: &Args) {
     let cpu_before = process_cpu_seconds();
     let engine = cellcache_io::start(
         kind,
-        SocketAddr::from(([127, 0, 0, 1], args.port)),
+        &[SocketAddr::from(([127, 0, 0, 1], args.port))],
         &engine_config(args),
         Arc::new(Echo {
             answered: answered.clone(),

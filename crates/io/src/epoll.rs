@@ -16,8 +16,8 @@
 //! client cannot starve the others.
 
 use crate::{
-    EngineConfig, EngineStats, IoError, Notify, Progress, RunningEngine, Service, Session,
-    Shutdown, TOO_MANY_CONNECTIONS,
+    Accepted, EngineConfig, EngineStats, IoError, Notify, Progress, RunningEngine, Service,
+    Session, Shutdown, TOO_MANY_CONNECTIONS,
 };
 use crossbeam_channel::{Receiver, Sender};
 use mio::net::{TcpListener, TcpStream};
@@ -25,6 +25,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,16 +40,15 @@ const HOUSEKEEPING_TICK: Duration = Duration::from_millis(500);
 
 /// Binds `addr` and starts the acceptor and `config.worker_threads()` workers.
 pub fn start<S: Service>(
-    addr: SocketAddr,
+    addrs: &[SocketAddr],
     config: &EngineConfig,
     service: Arc<S>,
     shutdown: Shutdown,
 ) -> Result<RunningEngine, IoError> {
     config.validate()?;
-    let listener = TcpListener::from_std(crate::bind_listener(addr, config.listen_backlog, true)?);
-    let local_addr = listener
-        .local_addr()
-        .map_err(|source| IoError::Listen { addr, source })?;
+    let bound = crate::bind_listeners(addrs, config.listen_backlog, true)?;
+    let listeners: Vec<crate::Listening> = bound.iter().map(|(_, l)| *l).collect();
+    let local_addr = listeners[0].addr;
     let stats = Arc::new(EngineStats::default());
     let mut threads = Vec::new();
     let mut inboxes = Vec::new();
@@ -79,28 +79,41 @@ pub fn start<S: Service>(
             .map_err(IoError::Spawn)?;
         threads.push(handle);
     }
-    let acceptor = Acceptor::new(listener, inboxes, config.clone(), stats.clone(), &shutdown)?;
-    threads.push(
-        std::thread::Builder::new()
-            .name("cellcache-accept".into())
-            .spawn(move || acceptor.run())
-            .map_err(IoError::Spawn)?,
-    );
-    tracing::info!(%local_addr, workers = config.worker_threads(), engine = "epoll", "listening");
+    for (listener, listening) in bound {
+        let acceptor = Acceptor::new(
+            TcpListener::from_std(listener),
+            listening.addr,
+            inboxes.clone(),
+            config.clone(),
+            stats.clone(),
+            &shutdown,
+        )?;
+        threads.push(
+            std::thread::Builder::new()
+                .name("cellcache-accept".into())
+                .spawn(move || acceptor.run())
+                .map_err(IoError::Spawn)?,
+        );
+        let addr = listening.addr;
+        tracing::info!(%addr, workers = config.worker_threads(), engine = "epoll", "listening");
+    }
     Ok(RunningEngine {
         engine: crate::IoEngineKind::Epoll,
         local_addr,
+        listeners,
         stats,
         threads,
     })
 }
 
 /// A worker's inbox for accepted sockets and the waker that makes it look.
-type WorkerInbox = (Sender<(TcpStream, SocketAddr)>, Arc<Waker>);
+type WorkerInbox = (Sender<(TcpStream, Accepted)>, Arc<Waker>);
 
 struct Acceptor {
     poll: Poll,
     listener: TcpListener,
+    /// The listener's bound address, passed to each connection's session.
+    listener_addr: SocketAddr,
     workers: Vec<WorkerInbox>,
     next: usize,
     config: EngineConfig,
@@ -111,6 +124,7 @@ struct Acceptor {
 impl Acceptor {
     fn new(
         mut listener: TcpListener,
+        listener_addr: SocketAddr,
         workers: Vec<WorkerInbox>,
         config: EngineConfig,
         stats: Arc<EngineStats>,
@@ -126,6 +140,7 @@ impl Acceptor {
         Ok(Self {
             poll,
             listener,
+            listener_addr,
             workers,
             next: 0,
             config,
@@ -163,7 +178,12 @@ impl Acceptor {
                     }
                     let (tx, waker) = &self.workers[self.next % self.workers.len()];
                     self.next = self.next.wrapping_add(1);
-                    if tx.send((stream, peer)).is_err() {
+                    let accepted = Accepted {
+                        peer,
+                        listener: self.listener_addr,
+                        fd: stream.as_raw_fd(),
+                    };
+                    if tx.send((stream, accepted)).is_err() {
                         self.stats.closed();
                         continue;
                     }
@@ -370,7 +390,7 @@ impl<S: Session> Conn<S> {
 struct Worker<S: Service> {
     id: usize,
     poll: Poll,
-    inbox: Receiver<(TcpStream, SocketAddr)>,
+    inbox: Receiver<(TcpStream, Accepted)>,
     waker: Arc<Waker>,
     /// Keys of connections whose [`Notify`] fired; drained on every wake.
     notify_tx: Sender<usize>,
@@ -450,7 +470,8 @@ impl<S: Service> Worker<S> {
     }
 
     fn adopt_new(&mut self) {
-        while let Ok((mut stream, peer)) = self.inbox.try_recv() {
+        while let Ok((mut stream, accepted)) = self.inbox.try_recv() {
+            let peer = accepted.peer;
             if self.shutdown.is_triggered() {
                 self.stats.closed();
                 continue;
@@ -468,7 +489,7 @@ impl<S: Service> Worker<S> {
             }
             self.conns.insert(Conn {
                 stream,
-                session: self.service.open(peer, notify),
+                session: self.service.open(accepted, notify),
                 input: Vec::new(),
                 input_start: 0,
                 input_end: 0,

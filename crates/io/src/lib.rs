@@ -76,10 +76,31 @@ pub trait Session: Send + 'static {
     fn on_close(&mut self) {}
 }
 
+/// What an engine knows of a connection it accepted, given to [`Service::open`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Accepted {
+    /// The client's address.
+    pub peer: SocketAddr,
+    /// The address of the listener that accepted it (as bound: `0.0.0.0:11211` stays so).
+    pub listener: SocketAddr,
+    /// The connection's socket descriptor (memcached names connections by it in
+    /// `stats conns`); only for reporting, never to act on the socket.
+    pub fd: i32,
+}
+
+/// One listening socket of a running engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listening {
+    /// Its bound address (the port resolved when 0 was asked).
+    pub addr: SocketAddr,
+    /// Its descriptor, for reporting (`stats conns`).
+    pub fd: i32,
+}
+
 /// Creates a [`Session`] for each accepted connection. Shared by all workers.
 pub trait Service: Send + Sync + 'static {
     type Session: Session;
-    fn open(&self, peer: SocketAddr, notify: Notify) -> Self::Session;
+    fn open(&self, conn: Accepted, notify: Notify) -> Self::Session;
 }
 
 /// Wakes one connection's session from any thread (see [`Session::on_notify`]).
@@ -128,21 +149,48 @@ pub enum IoError {
     UringUnavailable(#[from] UringUnavailable),
 }
 
-/// Starts the engine `kind` on `addr`. `Auto` resolves to `uring` when
-/// [`uring_support`] succeeds and to `epoll` otherwise, logging which and why; the
-/// engine that actually runs is [`RunningEngine::engine`].
+/// Starts the engine `kind` listening on every address of `addrs` (memcached's repeated
+/// `-l`; at least one). `Auto` resolves to `uring` when [`uring_support`] succeeds and to
+/// `epoll` otherwise, logging which and why; the engine that actually runs is
+/// [`RunningEngine::engine`]. Each listener has its own acceptor thread dealing its
+/// connections to the same workers. An address that cannot be bound — including one
+/// given twice ("Address already in use", as memcached) — fails the whole start.
 pub fn start<S: Service>(
     kind: IoEngineKind,
-    addr: SocketAddr,
+    addrs: &[SocketAddr],
     config: &EngineConfig,
     service: Arc<S>,
     shutdown: Shutdown,
 ) -> Result<RunningEngine, IoError> {
-    match resolve(kind)? {
-        IoEngineKind::Threads => threads::start(addr, config, service, shutdown),
-        IoEngineKind::Uring => uring::start(addr, config, service, shutdown),
-        IoEngineKind::Epoll | IoEngineKind::Auto => epoll::start(addr, config, service, shutdown),
+    if addrs.is_empty() {
+        return Err(IoError::Config("no address to listen on".into()));
     }
+    match resolve(kind)? {
+        IoEngineKind::Threads => threads::start(addrs, config, service, shutdown),
+        IoEngineKind::Uring => uring::start(addrs, config, service, shutdown),
+        IoEngineKind::Epoll | IoEngineKind::Auto => epoll::start(addrs, config, service, shutdown),
+    }
+}
+
+/// Binds every address of `addrs` (see [`bind_listener`]), in order, with what
+/// `stats conns` reports of each.
+pub(crate) fn bind_listeners(
+    addrs: &[SocketAddr],
+    backlog: u32,
+    nonblocking: bool,
+) -> Result<Vec<(std::net::TcpListener, Listening)>, IoError> {
+    use std::os::fd::AsRawFd;
+    addrs
+        .iter()
+        .map(|&addr| {
+            let listener = bind_listener(addr, backlog, nonblocking)?;
+            let bound = listener
+                .local_addr()
+                .map_err(|source| IoError::Listen { addr, source })?;
+            let fd = listener.as_raw_fd();
+            Ok((listener, Listening { addr: bound, fd }))
+        })
+        .collect()
 }
 
 /// The engine `kind` stands for on this kernel: never `Auto`. Fails only when `uring` is
@@ -244,7 +292,10 @@ impl Shutdown {
 pub struct RunningEngine {
     /// The engine that runs (resolved: never [`IoEngineKind::Auto`]).
     pub engine: IoEngineKind,
+    /// The first listener's address (the one clients of a single `-l` use).
     pub local_addr: SocketAddr,
+    /// Every listener, in the order the addresses were given.
+    pub listeners: Vec<Listening>,
     pub stats: Arc<EngineStats>,
     threads: Vec<std::thread::JoinHandle<()>>,
 }

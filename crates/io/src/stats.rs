@@ -42,6 +42,18 @@ impl EngineStats {
         true
     }
 
+    /// `stats reset`: zeroes the counters memcached's resets (`total_connections`,
+    /// `rejected_connections`, `bytes_read`, `bytes_written`, …); `curr_connections` is a
+    /// gauge and stays.
+    pub fn reset(&self) {
+        self.total_connections.store(0, Relaxed);
+        self.rejected_connections.store(0, Relaxed);
+        self.bytes_read.store(0, Relaxed);
+        self.bytes_written.store(0, Relaxed);
+        self.idle_kicks.store(0, Relaxed);
+        self.input_overflows.store(0, Relaxed);
+    }
+
     pub fn closed(&self) {
         self.curr_connections.fetch_sub(1, Relaxed);
     }
@@ -75,5 +87,9 @@ mod tests {
         assert_eq!(snap.curr_connections, 2);
         assert_eq!(snap.total_connections, 3);
         assert_eq!(snap.rejected_connections, 1);
+        s.reset();
+        let snap = s.snapshot();
+        assert_eq!(snap.curr_connections, 2, "a gauge survives stats reset");
+        assert_eq!((snap.total_connections, snap.rejected_connections), (0, 0));
     }
 }

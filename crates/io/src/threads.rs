@@ -39,49 +39,57 @@ use std::time::{Duration, Instant};
 
 /// Binds `addr` and starts the acceptor; connection threads are spawned as clients come.
 pub fn start<S: Service>(
-    addr: SocketAddr,
+    addrs: &[SocketAddr],
     config: &EngineConfig,
     service: Arc<S>,
     shutdown: Shutdown,
 ) -> Result<RunningEngine, IoError> {
     config.validate()?;
-    let listener = crate::bind_listener(addr, config.listen_backlog, true)?;
-    let local_addr = listener
-        .local_addr()
-        .map_err(|source| IoError::Listen { addr, source })?;
+    let bound = crate::bind_listeners(addrs, config.listen_backlog, true)?;
+    let listeners: Vec<crate::Listening> = bound.iter().map(|(_, l)| *l).collect();
+    let local_addr = listeners[0].addr;
     let stats = Arc::new(EngineStats::default());
-    let acceptor_wake = Arc::new(Signal::new().map_err(IoError::Poll)?);
-    let live: Arc<Mutex<slab::Slab<Arc<Signal>>>> = Arc::default();
-    {
-        let (acceptor_wake, live) = (acceptor_wake.clone(), live.clone());
-        shutdown.register_fn(move || {
-            acceptor_wake.kick();
-            let live = live.lock().unwrap_or_else(|e| e.into_inner());
-            for (_, signal) in live.iter() {
-                signal.kick();
-            }
-        });
+    let mut threads = Vec::new();
+    // One acceptor thread per listener, each with its own connection threads.
+    for (listener, listening) in bound {
+        let acceptor_wake = Arc::new(Signal::new().map_err(IoError::Poll)?);
+        let live: Arc<Mutex<slab::Slab<Arc<Signal>>>> = Arc::default();
+        {
+            let (acceptor_wake, live) = (acceptor_wake.clone(), live.clone());
+            shutdown.register_fn(move || {
+                acceptor_wake.kick();
+                let live = live.lock().unwrap_or_else(|e| e.into_inner());
+                for (_, signal) in live.iter() {
+                    signal.kick();
+                }
+            });
+        }
+        let acceptor = Acceptor {
+            listener,
+            listener_addr: listening.addr,
+            wake: acceptor_wake,
+            live,
+            conns: Vec::new(),
+            config: config.clone(),
+            service: service.clone(),
+            stats: stats.clone(),
+            shutdown: shutdown.clone(),
+        };
+        threads.push(
+            std::thread::Builder::new()
+                .name("cellcache-accept".into())
+                .spawn(move || acceptor.run())
+                .map_err(IoError::Spawn)?,
+        );
+        let addr = listening.addr;
+        tracing::info!(%addr, engine = "threads", "listening");
     }
-    let acceptor = Acceptor {
-        listener,
-        wake: acceptor_wake,
-        live,
-        conns: Vec::new(),
-        config: config.clone(),
-        service,
-        stats: stats.clone(),
-        shutdown,
-    };
-    let handle = std::thread::Builder::new()
-        .name("cellcache-accept".into())
-        .spawn(move || acceptor.run())
-        .map_err(IoError::Spawn)?;
-    tracing::info!(%local_addr, engine = "threads", "listening");
     Ok(RunningEngine {
         engine: IoEngineKind::Threads,
         local_addr,
+        listeners,
         stats,
-        threads: vec![handle],
+        threads,
     })
 }
 
@@ -123,6 +131,8 @@ impl Signal {
 
 struct Acceptor<S> {
     listener: TcpListener,
+    /// The listener's bound address, passed to each connection's session.
+    listener_addr: SocketAddr,
     wake: Arc<Signal>,
     /// Wake-ups of live connection threads, for shutdown; a thread removes its own entry.
     live: Arc<Mutex<slab::Slab<Arc<Signal>>>>,
@@ -210,7 +220,14 @@ impl<S: Service> Acceptor<S> {
             Notify::new(move || signal.notify())
         };
         let conn = Conn {
-            session: self.service.open(peer, notify),
+            session: self.service.open(
+                crate::Accepted {
+                    peer,
+                    listener: self.listener_addr,
+                    fd: std::os::fd::AsRawFd::as_raw_fd(&stream),
+                },
+                notify,
+            ),
             stream,
             signal,
             input: Vec::new(),

@@ -34,7 +34,7 @@ struct UpperSession {
 
 impl Service for Upper {
     type Session = UpperSession;
-    fn open(&self, _peer: SocketAddr, notify: Notify) -> UpperSession {
+    fn open(&self, _conn: cellcache_io::Accepted, notify: Notify) -> UpperSession {
         UpperSession {
             consumed_total: self.consumed_total.clone(),
             closed_total: self.closed_total.clone(),
@@ -123,7 +123,7 @@ fn start(kind: IoEngineKind, config: EngineConfig) -> Running {
     let shutdown = Shutdown::new();
     let engine = cellcache_io::start(
         kind,
-        "127.0.0.1:0".parse().unwrap(),
+        &["127.0.0.1:0".parse().unwrap()],
         &config,
         Arc::new(Upper {
             consumed_total: consumed.clone(),
@@ -491,6 +491,62 @@ fn pipeline_stress(kind: IoEngineKind, connections: usize, config: EngineConfig)
     run.stop();
 }
 
+/// memcached's repeated `-l`: every address gets a listener feeding the same workers; the
+/// same address twice fails the start with "Address already in use", as memcached's.
+fn listens_on_every_address_and_refuses_one_given_twice(kind: IoEngineKind) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addrs: Vec<SocketAddr> = vec![
+        SocketAddr::from(([127, 0, 0, 1], port)),
+        SocketAddr::from(([127, 0, 0, 2], port)),
+    ];
+    let shutdown = Shutdown::new();
+    let service = || {
+        Arc::new(Upper {
+            consumed_total: Arc::default(),
+            closed_total: Arc::default(),
+        })
+    };
+    let engine = cellcache_io::start(
+        kind,
+        &addrs,
+        &EngineConfig {
+            threads: 2,
+            ..Default::default()
+        },
+        service(),
+        shutdown.clone(),
+    )
+    .expect("engine starts on both addresses");
+    let bound: Vec<SocketAddr> = engine.listeners.iter().map(|l| l.addr).collect();
+    assert_eq!(bound, addrs);
+    assert_eq!(engine.local_addr, addrs[0]);
+    for addr in &addrs {
+        let mut s = connect(*addr);
+        s.write_all(b"hello\n").unwrap();
+        let mut line = String::new();
+        BufReader::new(s).read_line(&mut line).unwrap();
+        assert_eq!(line, "HELLO\n", "through {addr}");
+    }
+    shutdown.trigger();
+    engine.join();
+    let twice = [addrs[0], addrs[0]];
+    let err = match cellcache_io::start(
+        kind,
+        &twice,
+        &EngineConfig::default(),
+        service(),
+        Shutdown::new(),
+    ) {
+        Ok(_) => panic!("the same address twice must fail"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("Address already in use"), "{err}");
+}
+
 macro_rules! engine_suite {
     ($module:ident, $kind:expr, [$($test:ident),* $(,)?]) => {
         mod $module {
@@ -521,6 +577,7 @@ macro_rules! every_engine {
                 requests_sent_with_the_fin_are_answered_then_closed,
                 many_pipelining_connections_get_every_answer_in_order,
                 tiny_buffers_still_answer_everything_in_order,
+                listens_on_every_address_and_refuses_one_given_twice,
             ]);
         )*
     };

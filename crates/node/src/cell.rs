@@ -18,6 +18,10 @@ pub struct Cell {
     pub limits: Limits,
     pub config: NodeConfig,
     pub counters: Counters,
+    /// `stats detail`'s per-prefix counts.
+    pub detail: crate::detail::Detail,
+    /// Open client connections and listeners, for `stats conns`.
+    pub conns: crate::conns::ConnRegistry,
     pub shutdown: Shutdown,
     /// Set once the engine runs (its counters feed `stats`).
     pub engine_stats: OnceLock<Arc<EngineStats>>,
@@ -35,11 +39,19 @@ pub struct Cell {
 
 impl Cell {
     pub fn new(config: NodeConfig, store: Store, limits: Limits, shutdown: Shutdown) -> Self {
+        let detail = crate::detail::Detail::new(
+            config.server.detail_enabled,
+            // validate() keeps the delimiter ASCII.
+            u8::try_from(config.server.detail_delimiter).unwrap_or(b':'),
+            config.server.detail_prefixes_max,
+        );
         Cell {
             store,
             limits,
             config,
             counters: Counters::default(),
+            detail,
+            conns: crate::conns::ConnRegistry::default(),
             shutdown,
             engine_stats: OnceLock::new(),
             engine: OnceLock::new(),

@@ -181,8 +181,10 @@ impl Default for ProtocolConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServerConfig {
-    /// Address to listen on (memcached `-l`).
-    pub listen: IpAddr,
+    /// Addresses to listen on (memcached `-l`): one string (`"127.0.0.1"`, or
+    /// comma-separated `"127.0.0.1,::1"` as memcached's `-l a,b`) or a list of them. The
+    /// first is the one a ring member advertises.
+    pub listen: ListenAddrs,
     /// TCP port for the memcached protocol (memcached `-p`); 0 picks a free port.
     pub port: u16,
     /// I/O engine: `auto` picks the best the kernel allows.
@@ -197,6 +199,13 @@ pub struct ServerConfig {
     /// memcached `-B ascii` does) or `binary` (only binary frames; anything else closes
     /// the connection as a bad magic byte does).
     pub binding_protocol: BindingProtocol,
+    /// Count gets, hits, sets and deletes per key prefix from the start (`stats detail
+    /// on` turns it on at run time; memcached `-D` also turns it on).
+    pub detail_enabled: bool,
+    /// The byte ending a key's prefix for `stats detail` (memcached `-D`, default `:`).
+    pub detail_delimiter: char,
+    /// Most prefixes `stats detail` keeps; keys of further prefixes are not counted.
+    pub detail_prefixes_max: usize,
 }
 
 /// memcached's `-B`: the protocol(s) a client connection may speak.
@@ -237,22 +246,163 @@ impl std::str::FromStr for BindingProtocol {
     }
 }
 
+/// The addresses a cell listens on (never empty). memcached's `-l` takes
+/// `addr[,addr…]`, each `IP` or `IP:PORT` (`[IPv6]:PORT`), and may be repeated; the TOML
+/// key takes a string of that form or a list. An entry without a port uses `server.port`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenAddrs(Vec<ListenAddr>);
+
+/// One `-l` entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListenAddr {
+    pub ip: IpAddr,
+    /// Its own port (`IP:PORT`), else `server.port`.
+    pub port: Option<u16>,
+}
+
+impl std::str::FromStr for ListenAddr {
+    type Err = String;
+    fn from_str(part: &str) -> Result<Self, String> {
+        if let Ok(ip) = part.parse::<IpAddr>() {
+            return Ok(ListenAddr { ip, port: None });
+        }
+        part.parse::<SocketAddr>()
+            .map(|a| ListenAddr {
+                ip: a.ip(),
+                port: Some(a.port()),
+            })
+            .map_err(|_| format!("listen address {part:?}: not an IP address or IP:PORT"))
+    }
+}
+
+impl std::fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.port {
+            None => write!(f, "{}", self.ip),
+            Some(port) => write!(f, "{}", SocketAddr::new(self.ip, port)),
+        }
+    }
+}
+
+impl ListenAddrs {
+    /// The addresses of `spec` (`addr[,addr…]`), appended to `self` (`-l` repeated).
+    pub fn extend_from_spec(&mut self, spec: &str) -> Result<(), String> {
+        for part in spec.split(',') {
+            self.0.push(part.trim().parse()?);
+        }
+        Ok(())
+    }
+
+    /// A repeated `-l spec`: as memcached 1.6.18, a repetition of addresses already listed
+    /// is ignored (`-l a -l a` listens once), anything else is appended (memcached matches
+    /// the argument as a substring of its list; cellcache compares addresses).
+    pub fn add_repeated(&mut self, spec: &str) -> Result<(), String> {
+        let more = ListenAddrs::parse(spec)?;
+        if more.0.iter().all(|a| self.0.contains(a)) {
+            return Ok(());
+        }
+        self.0.extend(more.0);
+        Ok(())
+    }
+
+    /// Parses `addr[,addr…]`.
+    pub fn parse(spec: &str) -> Result<Self, String> {
+        let mut l = ListenAddrs(Vec::new());
+        l.extend_from_spec(spec)?;
+        Ok(l)
+    }
+
+    /// The first entry's IP: the one a ring member advertises.
+    pub fn first(&self) -> IpAddr {
+        self.0[0].ip
+    }
+
+    /// Every entry as a socket address, `port` filling in those without their own.
+    pub fn socket_addrs(&self, port: u16) -> Vec<SocketAddr> {
+        self.0
+            .iter()
+            .map(|a| SocketAddr::new(a.ip, a.port.unwrap_or(port)))
+            .collect()
+    }
+}
+
+impl From<IpAddr> for ListenAddrs {
+    fn from(ip: IpAddr) -> Self {
+        ListenAddrs(vec![ListenAddr { ip, port: None }])
+    }
+}
+
+impl std::fmt::Display for ListenAddrs {
+    /// As memcached's `stats settings inter`: the entries as given, joined by commas.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, a) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{a}")?;
+        }
+        Ok(())
+    }
+}
+
+impl Serialize for ListenAddrs {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if self.0.len() == 1 {
+            s.collect_str(&self.0[0])
+        } else {
+            s.collect_seq(self.0.iter().map(|a| a.to_string()))
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ListenAddrs {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Spec {
+            One(String),
+            Many(Vec<String>),
+        }
+        let specs = match Spec::deserialize(d)? {
+            Spec::One(s) => vec![s],
+            Spec::Many(v) => v,
+        };
+        let mut l = ListenAddrs(Vec::new());
+        for spec in &specs {
+            l.extend_from_spec(spec).map_err(serde::de::Error::custom)?;
+        }
+        if l.0.is_empty() {
+            return Err(serde::de::Error::custom("server.listen needs an address"));
+        }
+        Ok(l)
+    }
+}
+
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
-            listen: IpAddr::from([127, 0, 0, 1]),
+            listen: ListenAddrs::from(IpAddr::from([127, 0, 0, 1])),
             port: 11211,
             io_engine: IoEngineKind::Auto,
             shutdown_command: false,
             flush_enabled: true,
             binding_protocol: BindingProtocol::Auto,
+            detail_enabled: false,
+            detail_delimiter: ':',
+            detail_prefixes_max: 10_000,
         }
     }
 }
 
 impl ServerConfig {
+    /// The first listening address (the one a ring member advertises).
     pub fn addr(&self) -> SocketAddr {
-        SocketAddr::new(self.listen, self.port)
+        self.addrs()[0]
+    }
+
+    /// Every listening address, in order.
+    pub fn addrs(&self) -> Vec<SocketAddr> {
+        self.listen.socket_addrs(self.port)
     }
 }
 
@@ -418,6 +568,14 @@ impl NodeConfig {
                 limits.item_size_max
             )));
         }
+        if !self.server.detail_delimiter.is_ascii()
+            || self.server.detail_delimiter.is_ascii_control()
+        {
+            return Err(ConfigError::Invalid(format!(
+                "server.detail_delimiter {:?} must be one printable ASCII character",
+                self.server.detail_delimiter
+            )));
+        }
         let c = &self.cluster;
         if !(1..=5).contains(&c.replication_factor) {
             return Err(ConfigError::Invalid(format!(
@@ -425,10 +583,10 @@ impl NodeConfig {
                 c.replication_factor
             )));
         }
-        if c.enabled && c.advertise_host.is_empty() && self.server.listen.is_unspecified() {
+        if c.enabled && c.advertise_host.is_empty() && self.server.listen.first().is_unspecified() {
             return Err(ConfigError::Invalid(format!(
                 "server.listen {} cannot be advertised to other cells: set cluster.advertise_host",
-                self.server.listen
+                self.server.listen.first()
             )));
         }
         let r = &c.ring;

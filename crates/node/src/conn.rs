@@ -25,11 +25,10 @@ use crate::cluster::Cluster;
 use crate::cluster::route::{self, Ctx, Placement, Reply};
 use crate::counters::LocalCounters;
 use crate::local::{Flow, execute};
-use cellcache_io::{Notify, Progress, Service, Session};
+use cellcache_io::{Accepted, Notify, Progress, Service, Session};
 use cellcache_proto::binary::MAGIC_REQUEST;
 use cellcache_proto::{Discard, Parsed, Request, RetrieveRest, parse, parse_retrieve_rest};
 use std::collections::VecDeque;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -40,8 +39,9 @@ pub struct ClientService {
 
 impl Service for ClientService {
     type Session = Conn;
-    fn open(&self, _peer: SocketAddr, notify: Notify) -> Conn {
+    fn open(&self, accepted: Accepted, notify: Notify) -> Conn {
         Conn {
+            registration: self.cell.conns.open(accepted, self.cell.now()),
             cell: self.cell.clone(),
             discard: Discard::default(),
             counters: LocalCounters::default(),
@@ -87,6 +87,8 @@ const STANDBY: &[u8] = b"SERVER_ERROR standby: this cell is not in a ring yet\r\
 /// One connection's state; owned by the engine thread that owns the connection.
 pub struct Conn {
     pub(crate) cell: Arc<Cell>,
+    /// This connection in the cell's `stats conns` registry (left on drop).
+    registration: crate::conns::Registration,
     pub(crate) discard: Discard,
     pub(crate) counters: LocalCounters,
     notify: Notify,
@@ -362,6 +364,39 @@ impl Conn {
 
 impl Session for Conn {
     fn on_input(&mut self, input: &[u8], output: &mut Vec<u8>, budget: usize) -> Progress {
+        use crate::conns::Phase;
+        let state = self.registration.state.clone();
+        state.set_phase(Phase::ParseCmd);
+        let p = self.handle_input(input, output, budget);
+        if p.consumed > 0 {
+            state.command_at(self.cell.now());
+        }
+        state.set_phase(if p.consumed < input.len() {
+            Phase::Nread
+        } else {
+            Phase::Read
+        });
+        p
+    }
+
+    fn on_notify(&mut self, output: &mut Vec<u8>, _budget: usize) -> Progress {
+        self.flush(output);
+        Progress {
+            close: self.closing && self.queue.is_empty(),
+            ..Progress::default()
+        }
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.cell.conns.close(&self.registration);
+    }
+}
+
+impl Conn {
+    /// [`Session::on_input`] proper (the trait method keeps `stats conns` state around it).
+    fn handle_input(&mut self, input: &[u8], output: &mut Vec<u8>, budget: usize) -> Progress {
         let mut p = Progress::default();
         let now = self.cell.now();
         self.flush(output);
@@ -529,14 +564,6 @@ impl Session for Conn {
             }
         }
         self.end_batch(output, p)
-    }
-
-    fn on_notify(&mut self, output: &mut Vec<u8>, _budget: usize) -> Progress {
-        self.flush(output);
-        Progress {
-            close: self.closing && self.queue.is_empty(),
-            ..Progress::default()
-        }
     }
 }
 

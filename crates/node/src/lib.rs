@@ -14,7 +14,9 @@ pub mod cell;
 pub mod cluster;
 pub mod config;
 pub mod conn;
+pub mod conns;
 pub mod counters;
+pub mod detail;
 pub mod local;
 pub mod memory;
 pub mod meta;
@@ -49,14 +51,17 @@ impl Node {
             child_lag_bytes_max: c.handoff_lag_bytes_max,
             child_answer_window: std::time::Duration::from_millis(c.ring.lease_ms),
         });
-        let store = if config.cluster.enabled {
-            // The cell's address goes into the map before the engine binds it: resolve
-            // port 0 to a free port now.
-            // A taken port must fail the start before the ring has added this cell to its
-            // map, or the map keeps a member that never serves (the engine binds later).
-            let probe = std::net::TcpListener::bind(config.server.addr())
-                .with_context(|| format!("binding the client port {}", config.server.addr()))?;
+        // A ring member's address goes into the map before the engine binds it, and several
+        // listeners (-l a,b) share one port: resolve port 0 to a free port now. A ring
+        // member's taken port must fail the start before the ring has added this cell to its
+        // map, or the map keeps a member that never serves (the engine binds later).
+        if config.cluster.enabled || (config.server.port == 0 && config.server.addrs().len() > 1) {
+            let at = SocketAddr::new(config.server.listen.first(), config.server.port);
+            let probe = std::net::TcpListener::bind(at)
+                .with_context(|| format!("binding the client port {at}"))?;
             config.server.port = probe.local_addr()?.port();
+        }
+        let store = if config.cluster.enabled {
             cellcache_store::Store::with_change_sink(config.store.clone(), repl.clone())
         } else {
             cellcache_store::Store::new(config.store.clone())
@@ -68,7 +73,7 @@ impl Node {
             item_size_max_bytes = config.store.item_size_max_bytes,
             "store allocated"
         );
-        let addr = config.server.addr();
+        let addrs = config.server.addrs();
         let engine_config = config.io.clone();
         let cell = Arc::new(Cell::new(config, store, limits, shutdown.clone()));
         // The ring first: the client port opens once this cell knows what it owns.
@@ -82,12 +87,13 @@ impl Node {
         let service = Arc::new(conn::ClientService { cell: cell.clone() });
         let engine = cellcache_io::start(
             cell.config.server.io_engine,
-            addr,
+            &addrs,
             &engine_config,
             service,
             shutdown,
         )
         .context("starting the I/O engine")?;
+        cell.conns.set_listeners(&engine.listeners);
         let _ = cell.engine_stats.set(engine.stats.clone());
         let _ = cell.engine.set(engine.engine);
         Ok(Node { cell, engine })

@@ -8,6 +8,7 @@
 
 use crate::cell::{Cell, VERSION};
 use crate::counters::LocalCounters;
+use crate::detail::DetailOp;
 use cellcache_proto::{ArithmeticOp, Request, Retrieve, Store as StoreCmd, StoreMode};
 use cellcache_store::{
     ArithOutcome, ArithRequest, DeleteOptions, DeleteOutcome, Expiry, ReadOptions, StoreError,
@@ -34,6 +35,7 @@ pub fn execute(
         Request::Retrieve(r) => retrieve(cell, r, now, out, counters),
         Request::Store(s) => store(cell, s, now, out, counters),
         Request::Delete { key, noreply } => {
+            cell.detail.record(key, DetailOp::Delete);
             let reply: &[u8] = match cell.store.delete(key, now, DeleteOptions::default()) {
                 DeleteOutcome::Deleted => {
                     counters.delete_hits += 1;
@@ -252,6 +254,7 @@ fn retrieve(
                 cellcache_proto::write_value_end(out);
             })
             .is_some();
+        cell.detail.record(key, DetailOp::Get { hit });
         if hit {
             counters.get_hits += 1;
             if opts.touch.is_some() {
@@ -269,6 +272,7 @@ fn retrieve(
 
 fn store(cell: &Cell, s: &StoreCmd<'_>, now: u32, out: &mut Vec<u8>, counters: &mut LocalCounters) {
     counters.cmd_set += 1;
+    cell.detail.record(s.key, DetailOp::Set);
     let (mode, compare_cas) = match s.mode {
         StoreMode::Set => (WriteMode::Set, None),
         StoreMode::Add => (WriteMode::Add, None),

@@ -125,7 +125,9 @@ fn meta_get(
             if !claim && wants_win(&item) {
                 return false; // read again, claiming the token
             }
-            write_hit(out, flags, item_flags(cell, base, &item, now), item.value);
+            let mut key_buf = Vec::new();
+            let f = with_item_key(item_flags(cell, base, &item, now), &item, &mut key_buf);
+            write_hit(out, flags, f, item.value);
             true
         });
         match outcome {
@@ -152,12 +154,16 @@ fn meta_get(
             invalidate: false,
         };
         if cell.store.write(&req, now).is_ok() {
+            // Not flagged as a base64-key item, as memcached 1.6.18 (`mg YWJl b N30 k`
+            // then echoes `kabe`): only `ms` flags it.
             let opts = ReadOptions {
                 claim_win: true,
                 ..ReadOptions::default()
             };
             let written = cell.store.read(k, now, opts, |item| {
-                write_hit(out, flags, item_flags(cell, base, &item, now), item.value);
+                let mut key_buf = Vec::new();
+                let f = with_item_key(item_flags(cell, base, &item, now), &item, &mut key_buf);
+                write_hit(out, flags, f, item.value);
             });
             if written.is_some() {
                 return;
@@ -172,6 +178,33 @@ fn meta_get(
         &base,
         out,
     );
+}
+
+/// The key an item's reply echoes, as memcached: in base64 (with `b`) when the item was
+/// stored through a base64 key, else its plain bytes, whatever form the request used.
+/// `buf` holds the base64 text.
+fn item_key<'k>(item: &ItemView<'k>, buf: &'k mut Vec<u8>) -> (&'k [u8], bool) {
+    if item.key_binary {
+        buf.clear();
+        cellcache_proto::token::base64_encode(item.key, buf);
+        (buf.as_slice(), true)
+    } else {
+        (item.key, false)
+    }
+}
+
+/// Item reply flags with the key echoed as the item was stored (see [`item_key`]).
+fn with_item_key<'f>(
+    f: MetaReplyFlags<'f>,
+    item: &ItemView<'f>,
+    buf: &'f mut Vec<u8>,
+) -> MetaReplyFlags<'f> {
+    let (key, base64_key) = item_key(item, buf);
+    MetaReplyFlags {
+        key: Some(key),
+        base64_key,
+        ..f
+    }
 }
 
 /// An mg hit: `VA <len> <flags>` and the value when `v` was asked, else `HD <flags>`.
@@ -236,6 +269,10 @@ fn meta_set(
     let mut f = base_flags(key, &flags.returns);
     let status = match result {
         Ok(WriteOutcome::Stored { cas }) => {
+            if key.base64 {
+                // memcached flags the item (ITEM_KEY_BINARY): its key is echoed in base64.
+                cell.store.mark_key_binary(k, now);
+            }
             f.cas = Some(crate::local::cas_out(cell, cas));
             f.client_flags = Some(req.flags);
             f.ttl_secs = Some(ttl_of(expiry, now));
@@ -281,6 +318,7 @@ fn meta_delete(
         let opts = DeleteOptions {
             compare_cas: crate::local::zero_compare(cell, flags.compare_cas),
             invalidate: flags.invalidate,
+            new_cas: crate::local::new_cas(cell, flags.new_cas),
         };
         match cell.store.delete(k, now, opts) {
             DeleteOutcome::Deleted => {
@@ -355,7 +393,11 @@ fn meta_arith(
         (&mut counters.incr_hits, &mut counters.incr_misses)
     };
     match cell.store.arith(k, now, &req) {
-        Ok(ArithOutcome::Value { value, cas }) => {
+        Ok(ArithOutcome::Value {
+            value,
+            cas,
+            created,
+        }) => {
             *hits += 1;
             if let Some(ttl) = flags.new_ttl {
                 cell.store.touch(k, Expiry::from_protocol(ttl, now), now);
@@ -365,12 +407,15 @@ fn meta_arith(
                 f.ttl_secs = cell.store.get(k, now, |item| ttl_of(item.expiry, now));
             }
             let digits = value.to_string();
-            if flags.value {
+            if flags.quiet && !created {
+                // memcached 1.6.18: `q` hides a successful ma, even its `VA` (`ma n q v`),
+                // but not the creation of a missing counter (`ma n q N0` answers `HD`).
+            } else if flags.value {
                 write_meta_header(out, MetaStatus::Va, digits.len(), &flags.returns, &f);
                 out.extend_from_slice(digits.as_bytes());
                 out.extend_from_slice(b"\r\n");
             } else {
-                status_only(b"ma", MetaStatus::Hd, flags.quiet, &flags.returns, &f, out);
+                write_meta_header(out, MetaStatus::Hd, 0, &flags.returns, &f);
             }
         }
         Ok(ArithOutcome::NotFound) => {
@@ -393,14 +438,23 @@ fn meta_debug(cell: &Cell, key: &MetaKey<'_>, now: u32, out: &mut Vec<u8>) {
         ..ReadOptions::default()
     };
     let found = cell.store.read(k, now, opts, |item| {
+        let mut key_buf = Vec::new();
+        let (echo, _) = item_key(&item, &mut key_buf);
         let line = format!(
             "ME {} exp={} la={} cas={} fetch={} cls=1 size={}\r\n",
-            String::from_utf8_lossy(key.wire),
+            String::from_utf8_lossy(echo),
             ttl_of(item.expiry, now),
             now.saturating_sub(item.slab_last_access_secs),
-            item.cas,
+            crate::local::cas_out(cell, item.cas),
             if item.fetched_before { "yes" } else { "no" },
-            item.item_bytes,
+            // memcached's item size (its header, key, value with `\r\n`, CAS, flags), not
+            // cellcache's packed encoding: the figure `-I` limits.
+            cellcache_store::item_size_bytes(
+                item.key.len(),
+                item.value.len(),
+                item.flags,
+                cell.store.config().cas_enabled
+            ),
         );
         out.extend_from_slice(line.as_bytes());
     });

@@ -19,10 +19,25 @@ pub fn reply(cell: &Cell, group: &StatsGroup<'_>, now: u32, out: &mut Vec<u8>) {
         StatsGroup::Items => items(cell, out),
         StatsGroup::Slabs => slabs(cell, out),
         StatsGroup::Sizes => stat(out, "sizes_status", "disabled"),
-        StatsGroup::Conns => {}
+        StatsGroup::Conns => cell.conns.write_stats(now, cell.uptime_secs(), out),
         StatsGroup::Reset => {
+            // What memcached's stats reset clears: the command, connection, traffic and
+            // item counters, and the detail table; gauges (items, bytes, connections) stay.
             cell.counters.reset();
+            cell.store.reset_stats();
+            if let Some(e) = cell.engine_stats.get() {
+                e.reset();
+            }
+            cell.detail.clear();
             out.extend_from_slice(b"RESET\r\n");
+            return;
+        }
+        StatsGroup::Other(args) if args.starts_with(b"detail") => {
+            detail(cell, args, out);
+            return;
+        }
+        StatsGroup::Other(args) if args.starts_with(b"cachedump") => {
+            cachedump(cell, args, now, out);
             return;
         }
         StatsGroup::Other(_) => {
@@ -169,7 +184,7 @@ fn settings(cell: &Cell, out: &mut Vec<u8>) {
     stat(out, "maxconns", c.io.max_connections);
     stat(out, "tcpport", c.server.port);
     stat(out, "udpport", 0);
-    stat(out, "inter", c.server.listen);
+    stat(out, "inter", &c.server.listen);
     stat(out, "num_threads", c.io.worker_threads());
     let on_off = |b: bool| if b { "on" } else { "off" };
     let yes_no = |b: bool| if b { "yes" } else { "no" };
@@ -182,6 +197,10 @@ fn settings(cell: &Cell, out: &mut Vec<u8>) {
     );
     stat(out, "flush_enabled", yes_no(c.server.flush_enabled));
     stat(out, "item_size_max", st.item_size_max_bytes);
+    stat(out, "tcp_backlog", c.io.listen_backlog);
+    stat(out, "stat_key_prefix", char::from(cell.detail.delimiter()));
+    stat(out, "detail_enabled", yes_no(cell.detail.enabled()));
+    stat(out, "dump_enabled", "yes");
     stat(out, "slab_page_size", st.slab_size_bytes);
     stat(out, "idle_timeout", c.io.idle_timeout_secs);
     stat(
@@ -231,8 +250,109 @@ fn slabs(cell: &Cell, out: &mut Vec<u8>) {
     stat(out, "1:free_pages", s.slabs_free);
     stat(out, "1:partial_pages", s.slabs_partial);
     stat(out, "1:full_pages", s.slabs_full);
+    // memcached's per-class command counts: class 1 holds every item, so the cell's totals.
+    let c = cell.counters.snapshot();
+    stat(out, "1:get_hits", c.get_hits);
+    stat(out, "1:cmd_set", c.cmd_set);
+    stat(out, "1:delete_hits", c.delete_hits);
+    stat(out, "1:incr_hits", c.incr_hits);
+    stat(out, "1:decr_hits", c.decr_hits);
+    stat(out, "1:cas_hits", c.cas_hits);
+    stat(out, "1:cas_badval", c.cas_badval);
+    stat(out, "1:touch_hits", c.touch_hits);
     stat(out, "1:live_bytes", s.bytes);
     stat(out, "1:dead_bytes", s.dead_bytes);
     stat(out, "active_slabs", 1);
     stat(out, "total_malloced", s.arena_bytes + s.index_bytes);
+}
+
+/// The words of a `stats` argument string (memcached splits on runs of spaces).
+fn words(args: &[u8]) -> impl Iterator<Item = &[u8]> {
+    args.split(|&b| b == b' ').filter(|w| !w.is_empty())
+}
+
+/// `stats detail on|off|dump`, answered as memcached 1.6.18 (words after the first
+/// are ignored, as there).
+fn detail(cell: &Cell, args: &[u8], out: &mut Vec<u8>) {
+    let mut w = words(args);
+    if w.next() != Some(&b"detail"[..]) {
+        out.extend_from_slice(b"ERROR\r\n");
+        return;
+    }
+    match w.next() {
+        Some(b"on") => {
+            cell.detail.set_enabled(true);
+            out.extend_from_slice(b"OK\r\n");
+        }
+        Some(b"off") => {
+            cell.detail.set_enabled(false);
+            out.extend_from_slice(b"OK\r\n");
+        }
+        Some(b"dump") => cell.detail.dump(out),
+        _ => out.extend_from_slice(b"CLIENT_ERROR usage: stats detail on|off|dump\r\n"),
+    }
+}
+
+/// memcached's number of slab class ids: `stats cachedump` of a class id at or above it is
+/// "Illegal slab id"; below it, a class other than cellcache's single one is empty.
+const SLAB_CLASS_IDS: u32 = 64;
+/// memcached stops a cachedump at 2 MiB of output; so does cellcache.
+const CACHEDUMP_BYTES_MAX: usize = 2 << 20;
+
+/// `stats cachedump <class> <limit>`: `ITEM <key> [<bytes> b; <exptime> s]` per live item
+/// (exptime an absolute unix time, 0 for none), at most `limit` (0: all) and at most
+/// [`CACHEDUMP_BYTES_MAX`] bytes, then `END`. cellcache's arena is class 1; the walk goes
+/// slab by slab, one shard lock per slab, in arena order (memcached walks an LRU).
+fn cachedump(cell: &Cell, args: &[u8], now: u32, out: &mut Vec<u8>) {
+    let mut w = words(args);
+    if w.next() != Some(&b"cachedump"[..]) {
+        out.extend_from_slice(b"ERROR\r\n");
+        return;
+    }
+    let (Some(class), Some(limit)) = (w.next(), w.next()) else {
+        out.extend_from_slice(b"CLIENT_ERROR bad command line\r\n");
+        return;
+    };
+    let number = |t: &[u8]| std::str::from_utf8(t).ok()?.parse::<u32>().ok();
+    let (Some(class), Some(limit)) = (number(class), number(limit)) else {
+        out.extend_from_slice(b"CLIENT_ERROR bad command line format\r\n");
+        return;
+    };
+    if class >= SLAB_CLASS_IDS {
+        out.extend_from_slice(b"CLIENT_ERROR Illegal slab id\r\n");
+        return;
+    }
+    if class == 1 {
+        let limit = if limit == 0 {
+            usize::MAX
+        } else {
+            limit as usize
+        };
+        let start = out.len();
+        let mut shown = 0usize;
+        let mut cursor = Some(cellcache_store::ScanCursor::START);
+        while let Some(at) = cursor {
+            if shown >= limit {
+                break;
+            }
+            cursor = cell
+                .store
+                .scan_range(cellcache_store::HashRange::FULL, now, at, |item| {
+                    let line_bytes = item.key.len() + 40;
+                    if shown >= limit || out.len() - start + line_bytes > CACHEDUMP_BYTES_MAX {
+                        shown = limit;
+                        return;
+                    }
+                    shown += 1;
+                    out.extend_from_slice(b"ITEM ");
+                    out.extend_from_slice(item.key);
+                    // Never expiring is 0 in memcached's dump, as in the store.
+                    let exptime = item.expiry.as_unix_secs();
+                    out.extend_from_slice(
+                        format!(" [{} b; {} s]\r\n", item.value.len(), exptime).as_bytes(),
+                    );
+                });
+        }
+    }
+    out.extend_from_slice(b"END\r\n");
 }

@@ -491,11 +491,12 @@ pub(crate) fn parse_set_flags<'a>(
 ) -> Result<(MetaKey<'a>, MetaSetFlags<'a>), ClientError> {
     let raw = parse_raw(MetaCommand::Set, flags, key_token)?;
     let mode = match raw.mode {
-        None | Some(b'S' | b's') => SetMode::Set,
-        Some(b'E' | b'e') => SetMode::Add,
-        Some(b'A' | b'a') => SetMode::Append,
-        Some(b'P' | b'p') => SetMode::Prepend,
-        Some(b'R' | b'r') => SetMode::Replace,
+        // Upper case only: memcached 1.6.18 answers `Ms` with "invalid mode for ms M token".
+        None | Some(b'S') => SetMode::Set,
+        Some(b'E') => SetMode::Add,
+        Some(b'A') => SetMode::Append,
+        Some(b'P') => SetMode::Prepend,
+        Some(b'R') => SetMode::Replace,
         Some(_) => return Err(ClientError::InvalidSetMode),
     };
     Ok((
@@ -547,8 +548,9 @@ pub(crate) fn parse_arithmetic_flags<'a>(
 ) -> Result<(MetaKey<'a>, MetaArithmeticFlags<'a>), ClientError> {
     let raw = parse_raw(MetaCommand::Arithmetic, flags, key_token)?;
     let mode = match raw.mode {
-        None | Some(b'I' | b'i' | b'+') => ArithmeticMode::Increment,
-        Some(b'D' | b'd' | b'-') => ArithmeticMode::Decrement,
+        // As memcached 1.6.18: `Mi`/`Md` are "invalid mode for ma M token".
+        None | Some(b'I' | b'+') => ArithmeticMode::Increment,
+        Some(b'D' | b'-') => ArithmeticMode::Decrement,
         Some(_) => return Err(ClientError::InvalidArithmeticMode),
     };
     Ok((

@@ -379,7 +379,6 @@ fn meta_requests_parse_every_flag() {
         (b"ms k 0 ME\r\n\r\n", SetMode::Add),
         (b"ms k 0 MP\r\n\r\n", SetMode::Prepend),
         (b"ms k 0 MR\r\n\r\n", SetMode::Replace),
-        (b"ms k 0 Mr\r\n\r\n", SetMode::Replace),
     ] {
         let Request::MetaSet { flags, .. } = parse_ok(mode) else {
             panic!("not ms");
@@ -724,6 +723,21 @@ fn rejected_data_blocks_are_swallowed() {
             reply: b"CLIENT_ERROR invalid mode for ms M token\r\n",
             consumed: 11,
             swallow: 4,
+            noreply: false,
+        },
+        // Regression: modes are upper case only (memcached 1.6.18: `ms a 2 Ms` refused).
+        Bad {
+            bytes: b"ms a 2 Ms\r\nxx\r\n",
+            reply: b"CLIENT_ERROR invalid mode for ms M token\r\n",
+            consumed: 11,
+            swallow: 4,
+            noreply: false,
+        },
+        Bad {
+            bytes: b"ma a Mi\r\n",
+            reply: b"CLIENT_ERROR invalid mode for ma M token\r\n",
+            consumed: 9,
+            swallow: 0,
             noreply: false,
         },
         Bad {

@@ -27,6 +27,10 @@ pub(crate) const CTRL_FETCHED: u8 = 1 << 3;
 pub(crate) const CTRL_STALE: u8 = 1 << 4;
 /// A meta "win" token was handed out for this item.
 pub(crate) const CTRL_WIN: u8 = 1 << 5;
+/// The item was stored through a base64 key (meta `b`): memcached echoes its key in base64.
+pub(crate) const CTRL_KEY_BINARY: u8 = 1 << 6;
+/// The state bits a rewrite of an item may carry over.
+pub(crate) const CTRL_STATE: u8 = CTRL_FETCHED | CTRL_STALE | CTRL_WIN | CTRL_KEY_BINARY;
 
 /// Longest LEB128 encoding of a u64.
 pub(crate) const VARINT_LEN_MAX: usize = 10;
@@ -76,7 +80,7 @@ pub(crate) struct ItemFields<'a> {
     /// Absolute unix seconds, 0 = never.
     pub expiry: u32,
     pub cas: u64,
-    /// State bits (`CTRL_STALE`, `CTRL_FETCHED`, `CTRL_WIN`) to carry into the new item.
+    /// State bits (`CTRL_STATE`) to carry into the new item.
     pub state: u8,
 }
 
@@ -134,7 +138,7 @@ pub(crate) const HEADER_BYTES_MAX: usize = 2 + 5 + 4 + 4 + VARINT_LEN_MAX;
 pub(crate) fn encode_head(buf: &mut [u8], f: &ItemFields<'_>, cas_base: u64) -> usize {
     debug_assert!(f.key.len() <= u8::MAX as usize);
     let (cas_v, absolute) = cas_field(f.cas, cas_base);
-    let mut ctrl = f.state & (CTRL_FETCHED | CTRL_STALE | CTRL_WIN);
+    let mut ctrl = f.state & CTRL_STATE;
     if f.flags != 0 {
         ctrl |= CTRL_HAS_FLAGS;
     }

@@ -78,8 +78,12 @@ pub enum WriteOutcome {
 pub struct DeleteOptions {
     /// Delete only if the item's CAS equals this.
     pub compare_cas: Option<u64>,
-    /// Meta `md I`: mark the item stale instead of removing it.
+    /// Meta `md I`: mark the item stale instead of removing it. As memcached, the stale
+    /// item gets a new CAS (`new_cas` when given, meta `E`), so a writer holding the old CAS
+    /// can still store over it with `ms I`.
     pub invalidate: bool,
+    /// CAS for the invalidated item (meta `md E`); a fresh one when `None`.
+    pub new_cas: Option<u64>,
 }
 
 /// Result of a delete.
@@ -137,6 +141,9 @@ pub enum ArithOutcome {
         value: u64,
         /// new CAS
         cas: u64,
+        /// The item was missing and created from `autovivify` (meta `ma N`): memcached's
+        /// quiet mode still answers that, unlike an ordinary success.
+        created: bool,
     },
     /// Absent.
     NotFound,
@@ -181,6 +188,8 @@ pub struct ItemView<'a> {
     pub slab_last_access_secs: u32,
     /// Bytes the item takes in the arena (mg `s` reports value length; this is footprint).
     pub item_bytes: usize,
+    /// Stored through a base64 key (meta `b`; see [`crate::Store::mark_key_binary`]).
+    pub key_binary: bool,
 }
 
 /// An item copied out of the store (range hand-off, replication snapshot).

@@ -23,7 +23,9 @@ use crate::eviction::{EvictionPolicy, LeastLiveOfLru, SecondChanceFifo, SlabLru,
 use crate::expiry::Expiry;
 use crate::feed::{Change, ChangeKind, ChangeSink};
 use crate::index::{Index, SLOT_BYTES, SLOTS_PER_BUCKET};
-use crate::item::{self, CTRL_FETCHED, CTRL_STALE, CTRL_WIN, Header, ItemFields};
+use crate::item::{
+    self, CTRL_FETCHED, CTRL_KEY_BINARY, CTRL_STALE, CTRL_STATE, CTRL_WIN, Header, ItemFields,
+};
 use crate::ops::*;
 use crate::range::HashRange;
 use crate::slab::{ListId, SlabId, SlabMeta, Slabs};
@@ -651,12 +653,16 @@ impl Shard {
             _ => {}
         }
         let mut state = 0;
+        let mut keep_expiry = None;
         if let Some(expected) = req.compare_cas {
             match &existing {
                 None => return Ok(WriteOutcome::NotFound),
                 Some((_, _, h)) if h.cas != expected => {
                     if req.invalidate && expected < h.cas {
-                        state = CTRL_STALE;
+                        // As memcached's CAS_STALE: the new value stays stale, keeps the
+                        // item's TTL and whether its win token was already handed out.
+                        state = CTRL_STALE | (h.ctrl & CTRL_WIN);
+                        keep_expiry = Some(Expiry::at(h.expiry));
                     } else {
                         return Ok(WriteOutcome::Exists);
                     }
@@ -689,14 +695,21 @@ impl Shard {
                     h.flags,
                     Expiry::at(h.expiry),
                     cas,
-                    state,
+                    state | (h.ctrl & CTRL_KEY_BINARY),
                     now,
                 );
                 self.scratch = buf;
                 r?
             }
             _ => self.store_item(
-                hash, req.key, req.value, req.flags, req.expiry, cas, state, now,
+                hash,
+                req.key,
+                req.value,
+                req.flags,
+                keep_expiry.unwrap_or(req.expiry),
+                cas,
+                state,
+                now,
             )?,
         };
         self.emit_put(loc, ctx);
@@ -752,6 +765,7 @@ impl Shard {
             win_token_taken: ctrl & CTRL_WIN != 0,
             slab_last_access_secs: last_access,
             item_bytes: h.total_len,
+            key_binary: ctrl & CTRL_KEY_BINARY != 0,
         });
         if let Some(expiry) = opts.touch {
             // The item was just found under this lock, so the touch finds it too (it may only
@@ -785,7 +799,7 @@ impl Shard {
                 &self.arena[loc as usize + h.key_offset..loc as usize + h.total_len],
             );
             let (k, v) = buf.split_at(h.key_len);
-            let state = h.ctrl & (CTRL_FETCHED | CTRL_STALE | CTRL_WIN);
+            let state = h.ctrl & CTRL_STATE;
             let r = self.store_item(hash, k, v, h.flags, expiry, h.cas, state, now);
             self.scratch = buf;
             match r {
@@ -800,6 +814,13 @@ impl Shard {
         }
         ctx.emit(ChangeKind::Touch { key, expiry });
         true
+    }
+
+    /// Marks the item as stored through a base64 key (meta `b`), in place.
+    pub fn mark_key_binary(&mut self, hash: u64, key: &[u8], now: u32) {
+        if let Some((_, loc, h)) = self.lookup(hash, key, now) {
+            self.arena[loc as usize] = h.ctrl | CTRL_KEY_BINARY;
+        }
     }
 
     pub fn delete(
@@ -817,8 +838,30 @@ impl Shard {
             return DeleteOutcome::Exists;
         }
         if opts.invalidate {
-            self.arena[loc as usize] = (h.ctrl | CTRL_STALE) & !CTRL_WIN;
-            self.emit_put(loc, ctx);
+            // A new version with a new CAS (memcached's md I): copy the key and value out
+            // first, since making room for the new version may move or evict the old one.
+            let mut buf = std::mem::take(&mut self.scratch);
+            buf.clear();
+            buf.reserve_exact(h.key_len + h.value_len);
+            buf.extend_from_slice(
+                &self.arena[loc as usize + h.key_offset..loc as usize + h.total_len],
+            );
+            let (k, v) = buf.split_at(h.key_len);
+            let state = (h.ctrl & (CTRL_FETCHED | CTRL_KEY_BINARY)) | CTRL_STALE;
+            let cas = ctx.cas_for(opts.new_cas);
+            let r = self.store_item(hash, k, v, h.flags, Expiry::at(h.expiry), cas, state, now);
+            self.scratch = buf;
+            match r {
+                Ok(new_loc) => self.emit_put(new_loc, ctx),
+                // No room for the new version: mark the old one stale in place, keeping its
+                // CAS (the invalidation itself must not fail for lack of memory).
+                Err(_) => {
+                    if let Some((_, loc, h)) = self.lookup(hash, key, now) {
+                        self.arena[loc as usize] = (h.ctrl | CTRL_STALE) & !CTRL_WIN;
+                        self.emit_put(loc, ctx);
+                    }
+                }
+            }
         } else {
             self.unlink(slot, loc, &h, Unlink::Deleted);
             ctx.emit(ChangeKind::Delete { key });
@@ -846,6 +889,7 @@ impl Shard {
             return Ok(ArithOutcome::Value {
                 value: initial,
                 cas,
+                created: true,
             });
         };
         if req.compare_cas.is_some_and(|c| c != h.cas) {
@@ -873,11 +917,15 @@ impl Shard {
             h.flags,
             Expiry::at(h.expiry),
             cas,
-            0,
+            h.ctrl & CTRL_KEY_BINARY,
             now,
         )?;
         self.emit_put(loc, ctx);
-        Ok(ArithOutcome::Value { value: new, cas })
+        Ok(ArithOutcome::Value {
+            value: new,
+            cas,
+            created: false,
+        })
     }
 
     /// A view of the item at `loc` (read-side bits as stored, no win claimed).
@@ -896,6 +944,7 @@ impl Shard {
             slab_last_access_secs: self.slabs.meta[slab_of(loc, self.slab_size) as usize]
                 .last_access,
             item_bytes: h.total_len,
+            key_binary: h.ctrl & CTRL_KEY_BINARY != 0,
         }
     }
 
@@ -993,6 +1042,11 @@ impl Shard {
         )?;
         self.emit_put(loc, ctx);
         Ok(())
+    }
+
+    /// `stats reset`: zeroes the counters (gauges such as items and bytes are not counters).
+    pub fn reset_counters(&mut self) {
+        self.counters = ShardCounters::default();
     }
 
     pub fn add_stats(&self, s: &mut Stats) {

@@ -154,6 +154,14 @@ impl Store {
         self.shard(h).lock().touch(h, key, expiry, now, &self.ctx())
     }
 
+    /// Marks `key`'s item as stored through a base64 key (meta `b`), so its key is echoed
+    /// in base64 (`ItemView::key_binary`), as memcached does. A bit in place: it is not in
+    /// the change feed, so a backup's copy echoes the key as plain bytes.
+    pub fn mark_key_binary(&self, key: &[u8], now: u32) {
+        let h = crate::key_hash(key);
+        self.shard(h).lock().mark_key_binary(h, key, now);
+    }
+
     /// incr/decr/ma.
     pub fn arith(
         &self,
@@ -318,6 +326,15 @@ impl Store {
                 self.drop_range(range);
                 Ok(())
             }
+        }
+    }
+
+    /// Zeroes the counters (`total_items`, evictions, reclaims, compactions, …) as
+    /// memcached's `stats reset` does; `curr_items`, `bytes` and the slab lists are gauges
+    /// and stay.
+    pub fn reset_stats(&self) {
+        for sh in self.shards.iter() {
+            sh.lock().reset_counters();
         }
     }
 

@@ -363,7 +363,7 @@ fn run(config: StoreConfig, ops: Vec<Op>, may_evict: bool) -> Result<(), TestCas
                             } else {
                                 n.wrapping_add(d)
                             };
-                            let Ok(ArithOutcome::Value { value, cas }) = r else {
+                            let Ok(ArithOutcome::Value { value, cas, .. }) = r else {
                                 return Err(TestCaseError::fail(format!("arith {r:?}")));
                             };
                             prop_assert_eq!(value, want);

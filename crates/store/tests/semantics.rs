@@ -187,10 +187,14 @@ fn incr_decr_follow_memcached_rules() {
         autovivify: Some((40, Expiry::NEVER)),
         ..ArithRequest::incr(2)
     };
-    let Ok(ArithOutcome::Value { value, .. }) = s.arith(b"v", NOW, &viv) else {
+    let Ok(ArithOutcome::Value { value, created, .. }) = s.arith(b"v", NOW, &viv) else {
         panic!()
     };
-    assert_eq!(value, 40);
+    assert_eq!((value, created), (40, true), "vivified: created");
+    let Ok(ArithOutcome::Value { value, created, .. }) = s.arith(b"v", NOW, &viv) else {
+        panic!()
+    };
+    assert_eq!((value, created), (42, false), "then incremented");
     s.check_invariants();
 }
 
@@ -449,11 +453,13 @@ fn delete_with_cas_and_invalidate() {
     let wrong = DeleteOptions {
         compare_cas: Some(cas + 1),
         invalidate: false,
+        new_cas: None,
     };
     assert_eq!(s.delete(b"d", NOW, wrong), DeleteOutcome::Exists);
     let inval = DeleteOptions {
         compare_cas: None,
         invalidate: true,
+        new_cas: None,
     };
     assert_eq!(s.delete(b"d", NOW, inval), DeleteOutcome::Deleted);
     let claim = ReadOptions {
@@ -487,6 +493,81 @@ fn delete_with_cas_and_invalidate() {
     assert_eq!(
         s.get(b"m", NOW, |v| (v.value.to_vec(), v.stale)),
         Some((b"v0".to_vec(), true))
+    );
+}
+
+/// memcached 1.6.18: `md k I` gives the stale item a new CAS (`mg k c` before and after
+/// differ), or the `E` one; the old CAS no longer deletes it.
+#[test]
+fn invalidation_bumps_the_cas() {
+    let s = store();
+    let cas = set(&s, b"i", b"v");
+    let inval = DeleteOptions {
+        invalidate: true,
+        ..DeleteOptions::default()
+    };
+    assert_eq!(s.delete(b"i", NOW, inval), DeleteOutcome::Deleted);
+    let (stale_cas, stale, value) = s
+        .get(b"i", NOW, |v| (v.cas, v.stale, v.value.to_vec()))
+        .unwrap();
+    assert!(stale_cas > cas, "{stale_cas} > {cas}");
+    assert!(stale);
+    assert_eq!(value, b"v");
+    let old = DeleteOptions {
+        compare_cas: Some(cas),
+        ..DeleteOptions::default()
+    };
+    assert_eq!(s.delete(b"i", NOW, old), DeleteOutcome::Exists);
+    let given = DeleteOptions {
+        invalidate: true,
+        new_cas: Some(stale_cas + 100),
+        ..DeleteOptions::default()
+    };
+    assert_eq!(s.delete(b"i", NOW, given), DeleteOutcome::Deleted);
+    assert_eq!(s.get(b"i", NOW, |v| v.cas), Some(stale_cas + 100));
+}
+
+/// memcached 1.6.18: `ms k I C<older>` over a stale item keeps its TTL and whether its win
+/// token was handed out (`mg` then answers `Z X`, not a second `W`).
+#[test]
+fn stale_write_keeps_ttl_and_win_token() {
+    let s = store();
+    let w = WriteRequest {
+        expiry: Expiry::at(NOW + 30),
+        ..WriteRequest::set(b"k", b"v1")
+    };
+    let Ok(WriteOutcome::Stored { cas }) = s.write(&w, NOW) else {
+        panic!("stored");
+    };
+    let inval = DeleteOptions {
+        invalidate: true,
+        ..DeleteOptions::default()
+    };
+    assert_eq!(s.delete(b"k", NOW, inval), DeleteOutcome::Deleted);
+    let claim = ReadOptions {
+        claim_win: true,
+        ..Default::default()
+    };
+    assert_eq!(s.read(b"k", NOW, claim, |v| v.won), Some(true));
+    let stale_write = WriteRequest {
+        compare_cas: Some(cas),
+        invalidate: true,
+        expiry: Expiry::at(NOW + 500),
+        ..WriteRequest::set(b"k", b"v2")
+    };
+    assert!(matches!(
+        s.write(&stale_write, NOW),
+        Ok(WriteOutcome::Stored { .. })
+    ));
+    assert_eq!(
+        s.read(b"k", NOW, claim, |v| (
+            v.value.to_vec(),
+            v.stale,
+            v.won,
+            v.win_token_taken,
+            v.expiry
+        )),
+        Some((b"v2".to_vec(), true, false, true, Expiry::at(NOW + 30)))
     );
 }
 
@@ -651,6 +732,7 @@ fn change_feed_replay_rebuilds_an_identical_store() {
                 DeleteOptions {
                     invalidate: i % 12 == 4,
                     compare_cas: None,
+                    new_cas: None,
                 },
             )),
             _ => drop(s.write(&req(WriteMode::Prepend, key.as_bytes(), b"9"), NOW)),
@@ -1112,4 +1194,38 @@ fn without_cas_items_count_eight_bytes_less() {
         s.write(&WriteRequest::set(b"k", &vec![1u8; value_max + 1]), NOW),
         Err(StoreError::TooLarge { .. })
     ));
+}
+
+/// The base64-key mark (meta `ms … b`) survives rewrites of the same item (touch to a new
+/// expiry field, append, incr, invalidation) and is dropped by a new write of the key.
+#[test]
+fn key_binary_mark_follows_the_item() {
+    let s = store();
+    set(&s, b"k", b"1");
+    assert_eq!(s.get(b"k", NOW, |v| v.key_binary), Some(false));
+    s.mark_key_binary(b"k", NOW);
+    assert_eq!(s.get(b"k", NOW, |v| v.key_binary), Some(true));
+    assert!(s.touch(b"k", Expiry::at(NOW + 100), NOW));
+    assert_eq!(s.get(b"k", NOW, |v| v.key_binary), Some(true));
+    let append = WriteRequest {
+        mode: WriteMode::Append,
+        ..WriteRequest::set(b"k", b"2")
+    };
+    assert!(matches!(
+        s.write(&append, NOW),
+        Ok(WriteOutcome::Stored { .. })
+    ));
+    assert!(s.arith(b"k", NOW, &ArithRequest::incr(1)).is_ok());
+    let inval = DeleteOptions {
+        invalidate: true,
+        ..DeleteOptions::default()
+    };
+    assert_eq!(s.delete(b"k", NOW, inval), DeleteOutcome::Deleted);
+    assert_eq!(
+        s.get(b"k", NOW, |v| (v.value.to_vec(), v.key_binary)),
+        Some((b"13".to_vec(), true))
+    );
+    set(&s, b"k", b"new");
+    assert_eq!(s.get(b"k", NOW, |v| v.key_binary), Some(false));
+    s.check_invariants();
 }

@@ -45,8 +45,8 @@ mod ring;
 pub use probe::{UringUnavailable, UringUnavailableCause, uring_support};
 
 use crate::{
-    EngineConfig, EngineStats, IoEngineKind, IoError, Notify, Progress, RunningEngine, Service,
-    Session, Shutdown, TOO_MANY_CONNECTIONS,
+    Accepted, EngineConfig, EngineStats, IoEngineKind, IoError, Notify, Progress, RunningEngine,
+    Service, Session, Shutdown, TOO_MANY_CONNECTIONS,
 };
 use crossbeam_channel::{Receiver, Sender};
 use io_uring::{IoUring, cqueue, opcode, types};
@@ -74,7 +74,7 @@ pub(super) const BUFFER_GROUP: u16 = 0;
 
 /// Binds `addr` and starts the acceptor ring and `config.worker_threads()` worker rings.
 pub fn start<S: Service>(
-    addr: SocketAddr,
+    addrs: &[SocketAddr],
     config: &EngineConfig,
     service: Arc<S>,
     shutdown: Shutdown,
@@ -83,10 +83,9 @@ pub fn start<S: Service>(
     // Fail with the cause and the fix (not a bare EPERM) when called directly on a host
     // that does not allow io_uring.
     uring_support()?;
-    let listener = crate::bind_listener(addr, config.listen_backlog, false)?;
-    let local_addr = listener
-        .local_addr()
-        .map_err(|source| IoError::Listen { addr, source })?;
+    let bound = crate::bind_listeners(addrs, config.listen_backlog, false)?;
+    let listeners: Vec<crate::Listening> = bound.iter().map(|(_, l)| *l).collect();
+    let local_addr = listeners[0].addr;
     let stats = Arc::new(EngineStats::default());
     let mut threads = Vec::new();
     let mut inboxes = Vec::new();
@@ -134,48 +133,56 @@ pub fn start<S: Service>(
                 .map_err(IoError::Spawn)?,
         );
     }
-    let wake = Arc::new(WakeFd::new().map_err(IoError::Poll)?);
-    {
-        let wake = wake.clone();
-        shutdown.register_fn(move || wake.kick());
+    // One acceptor ring and thread per listener, all dealing to the same workers.
+    for (listener, listening) in bound {
+        let wake = Arc::new(WakeFd::new().map_err(IoError::Poll)?);
+        {
+            let wake = wake.clone();
+            shutdown.register_fn(move || wake.kick());
+        }
+        let acceptor = Acceptor {
+            ring: new_ring(ACCEPTOR_RING_ENTRIES).map_err(IoError::Poll)?,
+            listener,
+            listener_addr: listening.addr,
+            wake: WakeRead {
+                wake,
+                buf: Box::new([0; 8]),
+                armed: false,
+            },
+            accept_armed: false,
+            retry_at: None,
+            workers: inboxes.clone(),
+            next: 0,
+            config: config.clone(),
+            stats: stats.clone(),
+            shutdown: shutdown.clone(),
+        };
+        threads.push(
+            std::thread::Builder::new()
+                .name("cellcache-uring-accept".into())
+                .spawn(move || acceptor.run())
+                .map_err(IoError::Spawn)?,
+        );
+        let addr = listening.addr;
+        tracing::info!(%addr, workers = config.worker_threads(), engine = "uring", "listening");
     }
-    let acceptor = Acceptor {
-        ring: new_ring(ACCEPTOR_RING_ENTRIES).map_err(IoError::Poll)?,
-        listener,
-        wake: WakeRead {
-            wake,
-            buf: Box::new([0; 8]),
-            armed: false,
-        },
-        accept_armed: false,
-        retry_at: None,
-        workers: inboxes,
-        next: 0,
-        config: config.clone(),
-        stats: stats.clone(),
-        shutdown,
-    };
-    threads.push(
-        std::thread::Builder::new()
-            .name("cellcache-uring-accept".into())
-            .spawn(move || acceptor.run())
-            .map_err(IoError::Spawn)?,
-    );
-    tracing::info!(%local_addr, workers = config.worker_threads(), engine = "uring", "listening");
     Ok(RunningEngine {
         engine: IoEngineKind::Uring,
         local_addr,
+        listeners,
         stats,
         threads,
     })
 }
 
 /// A worker's inbox for accepted sockets and the eventfd that makes it look.
-type WorkerInbox = (Sender<(TcpStream, SocketAddr)>, Arc<WakeFd>);
+type WorkerInbox = (Sender<(TcpStream, Accepted)>, Arc<WakeFd>);
 
 struct Acceptor {
     ring: IoUring,
     listener: TcpListener,
+    /// The listener's bound address, passed to each connection's session.
+    listener_addr: SocketAddr,
     wake: WakeRead,
     accept_armed: bool,
     /// When to re-arm an accept that ended in an error.
@@ -278,7 +285,12 @@ impl Acceptor {
         }
         let (tx, wake) = &self.workers[self.next % self.workers.len()];
         self.next = self.next.wrapping_add(1);
-        if tx.send((stream, peer)).is_err() {
+        let accepted = Accepted {
+            peer,
+            listener: self.listener_addr,
+            fd: stream.as_raw_fd(),
+        };
+        if tx.send((stream, accepted)).is_err() {
             self.stats.closed();
             return;
         }
@@ -448,7 +460,7 @@ struct Worker<S: Service> {
     conns: slab::Slab<Conn<S::Session>>,
     next_generation: u32,
     wake: WakeRead,
-    inbox: Receiver<(TcpStream, SocketAddr)>,
+    inbox: Receiver<(TcpStream, Accepted)>,
     /// (slot, generation) of connections whose [`Notify`] fired.
     notify_tx: Sender<(usize, u32)>,
     notify_rx: Receiver<(usize, u32)>,
@@ -693,7 +705,7 @@ impl<S: Service> Worker<S> {
     }
 
     fn adopt_new(&mut self) -> io::Result<()> {
-        while let Ok((stream, peer)) = self.inbox.try_recv() {
+        while let Ok((stream, accepted)) = self.inbox.try_recv() {
             if self.shutdown.is_triggered() {
                 self.stats.closed();
                 continue;
@@ -710,7 +722,7 @@ impl<S: Service> Worker<S> {
                 })
             };
             self.conns.insert(Conn {
-                session: self.service.open(peer, notify),
+                session: self.service.open(accepted, notify),
                 stream,
                 generation,
                 input: Vec::new(),
