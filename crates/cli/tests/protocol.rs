@@ -380,6 +380,8 @@ fn version_verbosity_quit() {
     c.send(b"version\r\n");
     assert!(c.line().starts_with("VERSION "));
     c.roundtrip(b"verbosity 1\r\n", b"OK\r\n");
+    // As memcached: the level set is what `stats settings` reports (clients read it).
+    assert_eq!(c.stat_of("settings", "verbosity"), "1");
     c.roundtrip(b"verbosity 1 noreply\r\nversion\r\n", b"VERSION ");
     c.line();
     c.send(b"quit\r\n");

@@ -22,6 +22,9 @@ pub struct Cell {
     pub detail: crate::detail::Detail,
     /// Open client connections and listeners, for `stats conns`.
     pub conns: crate::conns::ConnRegistry,
+    /// The level the last `verbosity` command set (reported by `stats settings`, as
+    /// memcached's; cellcache's logging follows `log.level`, not this).
+    pub verbosity: std::sync::atomic::AtomicU32,
     pub shutdown: Shutdown,
     /// Set once the engine runs (its counters feed `stats`).
     pub engine_stats: OnceLock<Arc<EngineStats>>,
@@ -52,6 +55,7 @@ impl Cell {
             counters: Counters::default(),
             detail,
             conns: crate::conns::ConnRegistry::default(),
+            verbosity: std::sync::atomic::AtomicU32::new(0),
             shutdown,
             engine_stats: OnceLock::new(),
             engine: OnceLock::new(),

@@ -90,7 +90,11 @@ pub fn execute(
             out.extend_from_slice(VERSION.as_bytes());
             out.extend_from_slice(b"\r\n");
         }
-        Request::Verbosity { noreply, .. } => reply_unless(*noreply, out, b"OK\r\n"),
+        Request::Verbosity { level, noreply } => {
+            cell.verbosity
+                .store(*level, std::sync::atomic::Ordering::Relaxed);
+            reply_unless(*noreply, out, b"OK\r\n");
+        }
         Request::Stats(group) => crate::stats::reply(cell, group, now, out),
         Request::Quit => return Flow::Close,
         Request::Shutdown { .. } => {

@@ -186,6 +186,11 @@ fn settings(cell: &Cell, out: &mut Vec<u8>) {
     stat(out, "udpport", 0);
     stat(out, "inter", &c.server.listen);
     stat(out, "num_threads", c.io.worker_threads());
+    stat(
+        out,
+        "verbosity",
+        cell.verbosity.load(std::sync::atomic::Ordering::Relaxed),
+    );
     let on_off = |b: bool| if b { "on" } else { "off" };
     let yes_no = |b: bool| if b { "yes" } else { "no" };
     stat(out, "evictions", on_off(st.evictions));
