@@ -18,7 +18,9 @@ fuzz_target!(|data: &[u8]| {
         Limits {
             key_bytes_max: 32,
             line_bytes_max: 256,
-            value_bytes_max: 128,
+            // Tiny items (at least the 59 bytes memcached counts for an item's header).
+            item_size_max: 256,
+            cas_enabled: true,
             keys_per_get_max: 4,
         }
     };
