@@ -494,6 +494,9 @@ fn stat_with_and_without_group() {
     );
     assert_eq!(stats(&mut c, b"no-such-group", 11), Err(KEY_ENOENT));
     assert_eq!(stats(&mut c, b"reset", 12), Ok(vec![]));
+    // memcached's t/binary.t: `detail on` and `detail off` answer an empty success.
+    assert_eq!(stats(&mut c, b"detail on", 14), Ok(vec![]));
+    assert_eq!(stats(&mut c, b"detail off", 15), Ok(vec![]));
     // The connection is still in step.
     assert_eq!(
         call(&mut c, &request(NOOP, &[], &[], &[], 13, 0)).status,

@@ -1300,6 +1300,11 @@ fn administration_commands_answer_like_memcached() {
         (b"slabs automove 1\r\n", b"OK\r\n"),
         (b"slabs automove 0\r\n", b"OK\r\n"),
         (b"slabs automove 3\r\n", b"ERROR\r\n"),
+        // memcached's t/strtol-testing.t: a level that is no number.
+        (
+            b"slabs automove invalid\r\n",
+            b"CLIENT_ERROR bad command line format\r\n",
+        ),
         (b"slabs automove\r\n", b"ERROR\r\n"),
         (
             b"slabs reassign 1 1\r\n",

@@ -65,6 +65,15 @@ fn general(cell: &Cell, now: u32, out: &mut Vec<u8>) {
     stat(out, "curr_connections", e.curr_connections);
     stat(out, "total_connections", e.total_connections);
     stat(out, "rejected_connections", e.rejected_connections);
+    // cellcache never stops listening at the connection limit (it answers the extra
+    // connection with an error and closes it), so these read as memcached's when it did not.
+    stat(out, "listen_disabled_num", 0);
+    stat(out, "time_in_listen_disabled_us", 0);
+    stat(
+        out,
+        "accepting_conns",
+        u8::from(!cell.shutdown.is_triggered()),
+    );
     stat(out, "cmd_get", c.cmd_get);
     stat(out, "cmd_set", c.cmd_set);
     stat(out, "cmd_flush", c.cmd_flush);
@@ -185,6 +194,9 @@ fn settings(cell: &Cell, out: &mut Vec<u8>) {
     stat(out, "tcpport", c.server.port);
     stat(out, "udpport", 0);
     stat(out, "inter", &c.server.listen);
+    // No unix socket and no SASL in cellcache: memcached's values when they are off.
+    stat(out, "domain_socket", "NULL");
+    stat(out, "auth_enabled_sasl", "no");
     stat(out, "num_threads", c.io.worker_threads());
     stat(
         out,

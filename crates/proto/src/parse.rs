@@ -575,11 +575,13 @@ impl<'a> Context<'a, '_> {
         let t = LineTokens::new(tokens);
         let bad_line = || self.client_error(ClientError::BadCommandLineFormat, false);
         match (t.count, t.get(0)) {
+            // As memcached: a level that is no number is a bad line, one out of range ERROR.
             (2, b"automove") => match parse_u32(t.get(1)) {
                 Some(mode @ 0..=2) => {
                     self.complete(Request::Admin(Admin::SlabsAutomove(mode as u8)))
                 }
-                _ => error(ErrorReply::Error, self.line_len),
+                Some(_) => error(ErrorReply::Error, self.line_len),
+                None => bad_line(),
             },
             (3, b"reassign") => {
                 let class = |token: &[u8]| parse_i64(token).and_then(|v| i32::try_from(v).ok());

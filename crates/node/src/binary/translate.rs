@@ -405,7 +405,8 @@ impl Shape {
             rest = &rest[consumed..];
             match reply {
                 Response::Stat { name, value } => self.success_with_key(name, value, out),
-                Response::End | Response::Reset => {
+                // `stats detail on|off` answers OK: memcached's empty success.
+                Response::End | Response::Reset | Response::Ok => {
                     self.success(0, &[], &[], out);
                     return;
                 }

@@ -46,6 +46,7 @@ const ENTRY_FIELDS: &[&str] = &[
     "cluster_cell",
     "cluster_epoch",
     "store_shards",
+    "accepting_conns",
 ];
 
 /// Extra lines of a cell's `stats cell`: what it holds as master.
