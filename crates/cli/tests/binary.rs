@@ -408,6 +408,21 @@ fn oversized_value_is_refused_swallowed_and_drops_the_old_one() {
     assert_eq!(call(&mut c, &get(GET, b"big", 4)).value, b"old");
 }
 
+/// memcached counts the whole item against item_size_max (key + value + 59 bytes, + 4 with
+/// flags): with a 250-byte key and flags, a value one byte over is refused as too large,
+/// and one byte less is stored.
+#[test]
+fn the_whole_item_counts_against_the_size_limit() {
+    let s = server();
+    let mut c = s.connect();
+    let key = vec![b'k'; 250];
+    let fits = (1 << 20) - 59 - 4 - 250;
+    let r = call(&mut c, &set(&key, &vec![b'x'; fits + 1], 7, 5, 0));
+    assert_eq!(r.status, E2BIG, "one byte over");
+    let r = call(&mut c, &set(&key, &vec![b'x'; fits], 7, 6, 0));
+    assert_eq!(r.status, OK, "exactly at the limit");
+}
+
 #[test]
 fn keyless_commands() {
     let s = server();

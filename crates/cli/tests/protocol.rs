@@ -1532,3 +1532,19 @@ fn only_binary_frames_with_dash_b_binary() {
     c.send(b"version\r\n");
     assert!(c.is_closed(), "no text protocol with -B binary");
 }
+
+/// memcached's t/stats.t: a set refused as too large counts in `store_too_large`, and one
+/// `flush_all` is one `cmd_flush` — through a ring too, where every cell flushes its part.
+#[test]
+fn refusals_and_flushes_are_counted_once() {
+    let s = Server::start(&["-m", "64"]);
+    let mut c = s.connect();
+    let big = "x".repeat((1 << 20) + 1);
+    c.roundtrip(
+        format!("set big 0 0 {}\r\n{big}\r\n", big.len()).as_bytes(),
+        b"SERVER_ERROR object too large for cache\r\n",
+    );
+    assert_eq!(c.stat_of("", "store_too_large"), "1");
+    c.roundtrip(b"flush_all\r\n", b"OK\r\n");
+    assert_eq!(c.stat_of("", "cmd_flush"), "1");
+}

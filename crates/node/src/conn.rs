@@ -195,6 +195,10 @@ impl Conn {
                 self.emit(encoding.finish(refusal), output);
                 return Flow::Continue;
             }
+            if cluster.is_some() {
+                // Once per client request; every cell of the ring flushes its part.
+                self.counters.cmd_flush += 1;
+            }
         }
         // A text reply goes straight to the output when nothing waits before it; a binary
         // one is composed as text first and re-encoded.
@@ -547,6 +551,13 @@ impl Conn {
                     }
                     if !tmp.is_empty() {
                         self.queue.push_back(Pending::Ready(tmp));
+                    }
+                    if e.reply
+                        == cellcache_proto::ErrorReply::Server(
+                            cellcache_proto::ServerError::ObjectTooLarge,
+                        )
+                    {
+                        self.counters.store_too_large += 1;
                     }
                     if let Some(key) = e.failed_set_key {
                         // memcached drops the old value when a set or ms is refused as

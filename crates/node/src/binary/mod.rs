@@ -110,6 +110,9 @@ impl Conn {
                     let mut reply = Vec::new();
                     e.encode_reply(&mut reply);
                     self.emit(reply, output);
+                    if e.status == Some(cellcache_proto::binary::Status::ValueTooLarge) {
+                        self.counters.store_too_large += 1;
+                    }
                     if let Some(key) = e.failed_set_key {
                         // As for a text set refused as too large (see `conn`); a key
                         // that is no text token travels in base64.

@@ -191,8 +191,8 @@ pub fn execute_local(
         // A ring cell flushes the range it masters, through its replication stream; the
         // store's own flush would wipe its backups' copies too (see `flush`).
         Request::FlushAll { delay, noreply } => {
-            // -F: see local::flush_allowed
-            counters.cmd_flush += 1;
+            // -F and cmd_flush: decided and counted where the client's request enters (once
+            // for the whole ring, see conn::Conn::run), not by each cell flushing its part.
             cl.flush_master_range(now, crate::local::flush_delay_secs(*delay, now));
             if !noreply {
                 out.extend_from_slice(b"OK\r\n");

@@ -336,7 +336,18 @@ pub fn parse_request<'a>(buf: &'a [u8], limits: &Limits) -> BinaryParsed<'a> {
     }
     let value_len = body - ext - key_len;
     let head_len = HEADER_BYTES + ext + key_len;
-    if is_storage(opcode) && value_len > limits.value_bytes_max() {
+    // The item as memcached counts it (key, value, flags from a set's extras), once the
+    // head is here; a value over any item's bound is refused even before.
+    let item_too_large = |head: &[u8]| {
+        let flags = head
+            .get(HEADER_BYTES..HEADER_BYTES + 4)
+            .filter(|_| ext >= 4)
+            .map_or(0, |f| u32::from_be_bytes([f[0], f[1], f[2], f[3]]));
+        !limits.item_fits(key_len, value_len, flags)
+    };
+    if is_storage(opcode)
+        && (value_len > limits.value_bytes_max() || buf.get(..head_len).is_some_and(item_too_large))
+    {
         // Answer as soon as the key is here; the value is swallowed as it arrives.
         let Some(head) = buf.get(..head_len) else {
             return BinaryParsed::Incomplete;
