@@ -215,7 +215,7 @@ impl Server {
                         let mut buf = [0u8; 64];
                         if let Ok(n) = c.read(&mut buf) {
                             if buf[..n].starts_with(answer) {
-                                return true;
+                                return self.answering_is_mine(probe == b"version\r\n");
                             }
                         }
                     }
@@ -224,6 +224,34 @@ impl Server {
             std::thread::sleep(Duration::from_millis(20));
         }
         false
+    }
+
+    /// Whether the server that answered on our port is our child: another test's server may
+    /// have taken the port our child then failed to bind (it exits; its `pid` tells). A
+    /// binary-only server (`-B binary`) is taken at its word.
+    fn answering_is_mine(&mut self, text: bool) -> bool {
+        if !text {
+            return true;
+        }
+        let mine = self.child.id().to_string();
+        let Ok(mut c) = TcpStream::connect(self.addr) else {
+            return false;
+        };
+        c.set_read_timeout(Some(REPLY_TIMEOUT)).unwrap();
+        if c.write_all(b"stats\r\n").is_err() {
+            return false;
+        }
+        let mut reply = Vec::new();
+        let mut buf = [0u8; 8192];
+        while !reply.ends_with(b"END\r\n") {
+            match c.read(&mut buf) {
+                Ok(n) if n > 0 => reply.extend_from_slice(&buf[..n]),
+                _ => return false,
+            }
+        }
+        String::from_utf8_lossy(&reply)
+            .lines()
+            .any(|l| l.strip_prefix("STAT pid ") == Some(mine.as_str()))
     }
 
     pub fn connect(&self) -> Client {
