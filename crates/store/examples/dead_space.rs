@@ -1,4 +1,4 @@
-//! How dead space is reclaimed (SPEC M3): overwrites and deletes leave dead bytes in slabs. This
+//! How dead space is reclaimed: overwrites and deletes leave dead bytes in slabs. This
 //! compares in-place compaction of slabs past a dead-byte threshold against relying on eviction
 //! alone, for both eviction policies.
 //!

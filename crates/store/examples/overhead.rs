@@ -1,5 +1,6 @@
-//! Per-item overhead (SPEC M4): fill a store with 14-byte keys and 100-byte values until the
-//! first eviction and report how many items it held and where the bytes went.
+//! Per-item overhead (target: at most 14 bytes per item, index included): fill a store with
+//! 14-byte keys and 100-byte values until the first eviction and report how many items it held
+//! and where the bytes went.
 //!
 //! `cargo run --release -p cellcache-store --example overhead [-- MEMORY_MIB [INDEX_ITEM_BYTES]]`
 

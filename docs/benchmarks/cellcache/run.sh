@@ -7,7 +7,7 @@
 #   bash docs/benchmarks/cellcache/run.sh aa         # only the A/A noise floor (~3 min)
 #   bash docs/benchmarks/cellcache/run.sh capacity   # 2. items in 64 MiB, hit ratio at equal memory (~6 min)
 #   bash docs/benchmarks/cellcache/run.sh hitratio   # 2. only the hit ratio at equal memory (~5 min)
-#   bash docs/benchmarks/cellcache/run.sh seed004    # 3. seed-004 grid, both servers (~10 min)
+#   bash docs/benchmarks/cellcache/run.sh grid       # 3. GET-ratio x value-size grid, both servers (~10 min)
 #   bash docs/benchmarks/cellcache/run.sh engines    # 4. threads/epoll/uring/memcached (~15 min)
 #   bash docs/benchmarks/cellcache/run.sh strace     # 4. syscalls per request (strace -c -f) (~2 min)
 #   bash docs/benchmarks/cellcache/run.sh headline-epoll  # 5. the headline's GET 0.9 with epoll (~3 min)
@@ -15,7 +15,7 @@
 #                       # 5. epoll engine before/after commit c7b757f, beside memcached (~8 min)
 #   bash docs/benchmarks/cellcache/run.sh uring-buffers  # 4. uring with 8192 provided buffers (~3 min)
 #   bash docs/benchmarks/cellcache/run.sh mget50     # 4. multi-get at 50 connections, every server (~2 min)
-#   bash docs/benchmarks/cellcache/run.sh seed004-engines  # 4. seed 004's point, every engine (~3 min)
+#   bash docs/benchmarks/cellcache/run.sh grid-engines  # 4. the grid's 25-connection 1 KB GET 0.9 point, every engine (~3 min)
 #   BEFORE=... AFTER=... bash docs/benchmarks/cellcache/run.sh recheck  # 5. side-by-side rechecks (~4 min)
 #   bash docs/benchmarks/cellcache/run.sh cpusplit   # 4. user vs system CPU per server (~1 min)
 #   bash docs/benchmarks/cellcache/run.sh tables     # only regenerate tables.md and the plots
@@ -93,17 +93,18 @@ if want capacity || want hitratio; then
     --warmup 60s --duration 10s --repetitions 2
 fi
 
-if want seed004; then
-  # Seed 004: GET ratio x value size, 1000 keys, Zipf 1.345675, 25 connections, preloaded.
+if want grid; then
+  # The GET-ratio x value-size grid (docs/benchmarks/ratio-size-grid/): 1000 keys, Zipf
+  # 1.345675, 25 connections, preloaded.
   for size in 100 1k 8k; do
     for ratio in 0.1 0.5 0.9; do
       common=(-c 25 --keys 1000 --popularity zipf --zipf-exponent 1.345675 --preload
               --get-ratio "$ratio" --value-size "$size")
-      # The seed's low fixed rate: 50 req/s, uniform arrivals (open loop), 8 s = 400 requests.
-      compare "seed004-rate50-r$ratio-v$size" "${common[@]}" --rate 50 --arrival uniform \
+      # The grid's low fixed rate: 50 req/s, uniform arrivals (open loop), 8 s = 400 requests.
+      compare "grid-rate50-r$ratio-v$size" "${common[@]}" --rate 50 --arrival uniform \
         --warmup 1s --duration 8s --repetitions 2
       # Saturation: closed loop, 25 connections x 1 in flight.
-      compare "seed004-sat-r$ratio-v$size" "${common[@]}" --warmup 1s --duration 3s --repetitions 3
+      compare "grid-sat-r$ratio-v$size" "${common[@]}" --warmup 1s --duration 3s --repetitions 3
     done
   done
 fi
@@ -211,7 +212,7 @@ if want strace; then
 fi
 
 if want headline-epoll; then
-  # Issue 5's question (is pipeline 1 slower than memcached?) with the epoll engine too.
+  # Section 5's question (is pipeline 1 slower than memcached?) with the epoll engine too.
   common=(-c 50 --keys 10000 --preload --popularity zipf --zipf-exponent 0.99 --value-size 100
           --warmup 1s --duration 3s --repetitions 5)
   for p in 1 16; do
@@ -244,7 +245,7 @@ if want headline || want tables; then
 fi
 
 if [ "$what" = recheck ]; then  # only on request: it needs BEFORE and AFTER
-  # Issue 5's pipeline-1 question again, side by side (bench compare), for the epoll change:
+  # Section 5's pipeline-1 question again, side by side (bench compare), for the epoll change:
   # memcached vs epoll after it, epoll before vs after, and the multi-get p99 of section 1.
   : "${BEFORE:?set BEFORE to a cellcache binary built at 3a25f27}"
   AFTER="${AFTER:-$cc}"
@@ -309,8 +310,8 @@ if want mget50; then
   done
 fi
 
-if want seed004-engines; then
-  # Seed 004's own operating point for every engine: 25 connections, 1000 keys, Zipf
+if want grid-engines; then
+  # The GET-ratio x value-size grid's own operating point for every engine: 25 connections, 1000 keys, Zipf
   # 1.345675, 1 KB, GET 0.9, 50 req/s open loop, and the same at saturation (closed loop).
   mkdir -p "$out/engines"
   base=(-c 25 --keys 1000 --preload --popularity zipf --zipf-exponent 1.345675 --value-size 1k
@@ -318,8 +319,8 @@ if want seed004-engines; then
   for rep in 1 2 3; do
     for i in 0 1 2 3; do
       s=${servers[$(( (i + rep - 1) % 4 ))]}
-      engine_run "seed004-rate50-v1k-r0.9" "$rep" "$s" "${base[@]}" --rate 50 --arrival uniform --duration 8s
-      engine_run "seed004-sat-v1k-r0.9" "$rep" "$s" "${base[@]}" --duration 3s
+      engine_run "grid-rate50-v1k-r0.9" "$rep" "$s" "${base[@]}" --rate 50 --arrival uniform --duration 8s
+      engine_run "grid-sat-v1k-r0.9" "$rep" "$s" "${base[@]}" --duration 3s
     done
   done
 fi

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Reproduces every table in this folder against Debian's memcached.
 #   bash docs/benchmarks/memcached-baseline/run.sh            # everything (~6 minutes)
-#   bash docs/benchmarks/memcached-baseline/run.sh seed004    # only the seed-004 grid (~4 minutes)
+#   bash docs/benchmarks/memcached-baseline/run.sh grid       # only the GET-ratio x value-size grid (~4 minutes)
 #   bash docs/benchmarks/memcached-baseline/run.sh capacity   # only capacity + hit ratio
-# Another server: SERVER_CMD='path/to/server -p {port} -m {memory_mb} ...' OUT=some/dir run.sh seed004
+# Another server: SERVER_CMD='path/to/server -p {port} -m {memory_mb} ...' OUT=some/dir run.sh grid
 # Placement: the server on the last core (taskset), the generator on the others (--cpus).
 # Results: $OUT/results/*.json (raw reports), then tables.py writes $OUT/tables.md.
 set -euo pipefail
@@ -39,19 +39,20 @@ start_server() { # $1 = memory MiB
 }
 stop_server() { kill "$server_pid"; wait "$server_pid" 2>/dev/null || true; }
 
-if [ "$what" = all ] || [ "$what" = seed004 ]; then
-  # Seed 004: GET ratio x value size, 1000 keys, Zipf s=1.345675, 25 connections, preloaded.
+if [ "$what" = all ] || [ "$what" = grid ]; then
+  # The GET-ratio x value-size grid (docs/benchmarks/ratio-size-grid/): 1000 keys,
+  # Zipf s=1.345675, 25 connections, preloaded.
   for size in 100 1k 8k; do
     for ratio in 0.1 0.5 0.9; do
       start_server 64
       common=(--server "127.0.0.1:$port" -c 25 --keys 1000 --popularity zipf --zipf-exponent 1.345675
               --get-ratio "$ratio" --value-size "$size" --preload --cpus "$gen_cpus" --progress never)
-      # Low fixed arrival rate (the seed's 50 req/s, uniform arrivals), 20 s = 1000 requests.
+      # Low fixed arrival rate (the grid's 50 req/s, uniform arrivals), 20 s = 1000 requests.
       "$bench" "${common[@]}" --rate 50 --arrival uniform --warmup 1s --duration 20s \
-        --output "$out/seed004-rate50-r${ratio}-v${size}.json" > /dev/null
+        --output "$out/grid-rate50-r${ratio}-v${size}.json" > /dev/null
       # Saturation: closed loop, 25 connections x 1 request in flight.
       "$bench" "${common[@]}" --warmup 1s --duration 4s \
-        --output "$out/seed004-sat-r${ratio}-v${size}.json" > /dev/null
+        --output "$out/grid-sat-r${ratio}-v${size}.json" > /dev/null
       stop_server
     done
   done
