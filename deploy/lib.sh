@@ -5,13 +5,16 @@
 # Settings (environment): CELLCACHE_IMAGE (cellcache:dev), CELLCACHE_NET (cellcache-net),
 # CELLCACHE_SUBNET_PREFIX (172.31.77; cell N gets .10+N, containers without a fixed
 # address get .128-.255), CELLCACHE_PORT (11211), CELLCACHE_WAIT_SECS (60, the bound on
-# every wait for the ring to settle).
+# every wait for the ring to settle), CELLCACHE_SECRET (target/deploy-ring.secret: the
+# ring's secret file, made by `ctl secret new` on first use and mounted read-only into every
+# cell; CELLCACHE_SECRET=open runs the ring without one).
 
 image=${CELLCACHE_IMAGE:-cellcache:dev}
 net=${CELLCACHE_NET:-cellcache-net}
 prefix=${CELLCACHE_SUBNET_PREFIX:-172.31.77}
 port=${CELLCACHE_PORT:-11211}
 wait_secs=${CELLCACHE_WAIT_SECS:-60}
+secret=${CELLCACHE_SECRET:-$PWD/target/deploy-ring.secret}
 
 cell_name() { echo "${net}-cell$1"; }
 cell_ip() { echo "$prefix.$((10 + $1))"; }

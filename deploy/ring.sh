@@ -19,6 +19,8 @@
 #   deploy/ring.sh down               remove the cells and the network
 #
 # Cell N is container cellcache-net-cellN at 172.31.77.(10+N):11211 (peer port 21211).
+# The ring has a secret (deploy/lib.sh: CELLCACHE_SECRET) that every cell proves to the
+# others; a container without it can neither join nor act as a cell.
 # Settings: see deploy/lib.sh. deploy/ring-smoke.sh runs a ring through a kill and a
 # partition with checks.
 set -euo pipefail
@@ -50,12 +52,28 @@ network() {
     docker network create --subnet "$prefix.0/24" --ip-range "$prefix.128/25" "$net" >/dev/null
 }
 
+# ensure_secret: makes the ring's secret file (mode 0600) with the image's own
+# `ctl secret new`, unless it exists or the ring runs open.
+ensure_secret() {
+  [ "$secret" = open ] || [ -f "$secret" ] && return 0
+  mkdir -p "$(dirname "$secret")"
+  docker run --rm -v "$(dirname "$secret"):/out" "$image" \
+    ctl secret new "/out/$(basename "$secret")" >/dev/null
+  echo "cluster secret: $secret"
+}
+
+# The `docker run` and `serve` arguments that give a cell the ring's secret.
+secret_mount() { [ "$secret" = open ] || echo "-v $secret:/run/cellcache.secret:ro"; }
+secret_flag() { [ "$secret" = open ] || echo "--cluster-secret-file /run/cellcache.secret"; }
+
 # start N [JOIN_CELL]: runs cell N's container, bootstrapping or joining JOIN_CELL.
 start() {
   local n=$1 args=(serve -l "$(cell_ip "$1")" -p "$port")
   [ -n "${2:-}" ] && args+=(--join "$(cell_ip "$2"):$port")
+  ensure_secret
+  # shellcheck disable=SC2046 # the secret's arguments are words by design
   docker run -d -e NO_COLOR=1 --name "$(cell_name "$n")" --network "$net" --ip "$(cell_ip "$n")" \
-    "$image" "${args[@]}" >/dev/null
+    $(secret_mount) "$image" "${args[@]}" $(secret_flag) >/dev/null
   echo "cell $n: $(cell_name "$n") $(cell_ip "$n"):$port${2:+ (joined through cell $2)}"
 }
 

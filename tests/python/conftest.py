@@ -75,17 +75,26 @@ def ring_formed(host, ports, n):
     return len(set(views)) == 1
 
 
+def answering_pid(host, port):
+    """The pid `stats` reports on host:port, or None."""
+    for line in request(host, port, b"stats\r\n").split("\r\n"):
+        if line.startswith("STAT pid "):
+            return int(line.split(" ")[2])
+    return None
+
+
 def wait_ready(proc, host, port):
+    """Our child answers on host:port. A free port found earlier may have been taken by
+    another process meanwhile (our child then fails to bind and exits): the server that
+    answers must be ours, which its `stats` pid tells."""
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             return False
         try:
-            with socket.create_connection((host, port), timeout=1) as s:
-                s.sendall(b"version\r\n")
-                if s.recv(64).startswith(b"VERSION "):
-                    return True
-        except OSError:
+            if answering_pid(host, port) == proc.pid:
+                return True
+        except (OSError, ValueError):
             time.sleep(0.02)
     return False
 

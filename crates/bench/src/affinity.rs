@@ -2,55 +2,42 @@
 //!
 //! The side-by-side benchmark keeps the server and the load generator on disjoint cores so they
 //! do not steal each other's cycles; the report states the placement that was really applied.
-//! Linux-only (sched_setaffinity); elsewhere pinning reports "unsupported" and nothing is pinned.
+//! Linux-only (sched_setaffinity, through rustix's safe wrappers; the thread's CPU time through
+//! nix's `getrusage`, which rustix lacks); elsewhere pinning reports "unsupported" and nothing
+//! is pinned.
 
 use std::io;
 
 /// Pins the calling thread to `cpus`. An empty list is a no-op.
 #[cfg(target_os = "linux")]
 pub fn pin_current_thread(cpus: &[usize]) -> io::Result<()> {
+    use rustix::thread::CpuSet;
     if cpus.is_empty() {
         return Ok(());
     }
-    // SAFETY: cpu_set_t is a plain bit array for which all-zero is the valid empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    let capacity = 8 * std::mem::size_of::<libc::cpu_set_t>();
+    let mut set = CpuSet::new();
     for &cpu in cpus {
-        if cpu >= capacity {
+        // CpuSet::set does not check its argument: past the set it would panic.
+        if cpu >= CpuSet::MAX_CPU {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("cpu {cpu} out of range"),
             ));
         }
-        // SAFETY: `cpu` was checked to be below the set's capacity in bits, so the bit written
-        // lies inside `set`.
-        unsafe { libc::CPU_SET(cpu, &mut set) };
+        set.set(cpu);
     }
-    // SAFETY: pid 0 means the calling thread; `set` is a valid, initialised cpu_set_t and the
-    // size passed is its exact size, so the kernel reads only memory we own.
-    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    // `None` is the calling thread.
+    rustix::thread::sched_setaffinity(None, &set)?;
+    Ok(())
 }
 
 /// The cores the calling thread may run on.
 #[cfg(target_os = "linux")]
 pub fn allowed_cpus() -> io::Result<Vec<usize>> {
-    // SAFETY: as above, all-zero is a valid cpu_set_t.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: the kernel writes at most `size_of::<cpu_set_t>()` bytes into `set`, which we own.
-    let rc =
-        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let capacity = 8 * std::mem::size_of::<libc::cpu_set_t>();
-    // SAFETY: every `cpu` is below the set's capacity in bits, so only bits of `set` are read.
-    Ok((0..capacity)
-        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+    use rustix::thread::CpuSet;
+    let set = rustix::thread::sched_getaffinity(None)?;
+    Ok((0..CpuSet::MAX_CPU)
+        .filter(|&cpu| set.is_set(cpu))
         .collect())
 }
 
@@ -107,18 +94,17 @@ pub fn parse_cpu_list(text: &str) -> Result<Vec<usize>, String> {
     Ok(cpus)
 }
 
-/// CPU time (user + system) consumed so far by the calling thread, in nanoseconds.
+/// CPU time (user + system) consumed so far by the calling thread, in nanoseconds (0 if the
+/// kernel does not say). Microsecond resolution, from `getrusage(RUSAGE_THREAD)`.
 #[cfg(target_os = "linux")]
 pub fn thread_cpu_ns() -> u64 {
-    // SAFETY: all-zero is a valid rusage (plain integers and timevals).
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: RUSAGE_THREAD fills the rusage we own; no other memory is touched.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
-    if rc != 0 {
+    use nix::sys::resource::{UsageWho, getrusage};
+    use nix::sys::time::TimeValLike;
+    let Ok(usage) = getrusage(UsageWho::RUSAGE_THREAD) else {
         return 0;
-    }
-    let ns = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000_000 + tv.tv_usec as u64 * 1_000;
-    ns(usage.ru_utime) + ns(usage.ru_stime)
+    };
+    let us = usage.user_time().num_microseconds() + usage.system_time().num_microseconds();
+    u64::try_from(us).map_or(0, |us| us * 1_000)
 }
 
 /// Not measured off Linux.
@@ -151,7 +137,7 @@ mod tests {
             for i in 0..5_000_000u64 {
                 x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
             }
-            (allowed_cpus().unwrap(), thread_cpu_ns() >= before)
+            (allowed_cpus().unwrap(), thread_cpu_ns() > before)
         })
         .join()
         .unwrap();

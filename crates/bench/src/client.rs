@@ -10,9 +10,13 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+use cellcache_proto::{
+    Decoded, Expect, Limits, Reply, ReplyError, Request, Response, StatsGroup, StoreHead,
+    StoreMode, decode_reply, write_store_with,
+};
 use thiserror::Error;
 
-use crate::wire::{self, Expect, ParseLimits, Parsed, Reply};
+use crate::wire::ParseLimits;
 
 /// What can go wrong talking to a server outside of a measured run.
 #[derive(Debug, Error)]
@@ -25,7 +29,7 @@ pub enum ClientError {
     #[error("{addr}: {source}")]
     Wire {
         addr: SocketAddr,
-        source: wire::WireError,
+        source: ReplyError,
     },
     #[error("{addr}: server closed the connection")]
     Closed { addr: SocketAddr },
@@ -48,7 +52,7 @@ pub struct BlockingClient {
     stream: TcpStream,
     buf: Vec<u8>,
     filled: usize,
-    limits: ParseLimits,
+    limits: Limits,
 }
 
 impl BlockingClient {
@@ -68,17 +72,17 @@ impl BlockingClient {
             stream,
             buf: vec![0; READ_CHUNK_BYTES],
             filled: 0,
-            limits: ParseLimits::default(),
+            limits: ParseLimits::default().codec(),
         })
     }
 
     /// Sends `version` and returns the server's version string.
     pub fn version(&mut self) -> Result<String, ClientError> {
         let mut out = Vec::new();
-        wire::encode_version(&mut out);
+        Request::Version.encode(&mut out);
         self.send(&out)?;
-        self.read_reply(Expect::Version, |reply| match reply {
-            Reply::Version(v) => Ok(String::from_utf8_lossy(v).into_owned()),
+        self.read_reply(Expect::Line, |reply| match reply {
+            Reply::Line(Response::Version(v)) => Ok(String::from_utf8_lossy(v).into_owned()),
             other => Err(format!("{other:?}")),
         })
     }
@@ -86,7 +90,7 @@ impl BlockingClient {
     /// Sends `stats` and returns every statistic as text.
     pub fn stats(&mut self) -> Result<BTreeMap<String, String>, ClientError> {
         let mut out = Vec::new();
-        wire::encode_stats(&mut out);
+        Request::Stats(StatsGroup::General).encode(&mut out);
         self.send(&out)?;
         self.read_reply(Expect::Stats, |reply| match reply {
             Reply::Stats(stats) => Ok(stats
@@ -117,14 +121,21 @@ impl BlockingClient {
         while items.peek().is_some() {
             out.clear();
             let mut n = 0;
+            let set = StoreHead {
+                mode: StoreMode::Set,
+                flags: 0,
+                exptime: ttl_secs,
+                noreply: false,
+            };
             for (key, value) in items.by_ref().take(batch) {
-                wire::encode_set(&mut out, &key, 0, ttl_secs, value);
+                write_store_with(&mut out, set, |out| out.extend_from_slice(&key), value);
                 n += 1;
             }
             self.send(&out)?;
             for _ in 0..n {
-                let ok =
-                    self.read_reply(Expect::Storage, |reply| Ok(matches!(reply, Reply::Stored)))?;
+                let ok = self.read_reply(Expect::Line, |reply| {
+                    Ok(matches!(reply, Reply::Line(Response::Stored)))
+                })?;
                 if ok { stored += 1 } else { other += 1 }
             }
         }
@@ -147,15 +158,15 @@ impl BlockingClient {
     ) -> Result<T, ClientError> {
         let addr = self.addr;
         loop {
-            match wire::parse_reply(&self.buf[..self.filled], expect, &self.limits) {
-                Ok(Parsed::Complete { reply, consumed }) => {
+            match decode_reply(&self.buf[..self.filled], expect, &self.limits) {
+                Ok(Decoded::Complete { reply, consumed }) => {
                     let result =
                         f(reply).map_err(|reply| ClientError::UnexpectedReply { addr, reply });
                     self.buf.copy_within(consumed..self.filled, 0);
                     self.filled -= consumed;
                     return result;
                 }
-                Ok(Parsed::Incomplete) => {}
+                Ok(Decoded::Incomplete) => {}
                 Err(source) => return Err(ClientError::Wire { addr, source }),
             }
             if self.filled == self.buf.len() {

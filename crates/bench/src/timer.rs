@@ -1,5 +1,5 @@
-//! A sub-millisecond wake-up for the open loop: a Linux `timerfd` registered in the thread's
-//! mio poll.
+//! A sub-millisecond wake-up for the open loop: a Linux `timerfd` (through rustix's safe
+//! wrappers) registered in the thread's mio poll.
 //!
 //! epoll's own timeout has millisecond granularity (mio rounds it up), so an open loop that
 //! relied on it would send up to 1 ms late, or burn its core busy-polling. A timerfd fires with
@@ -9,8 +9,12 @@
 
 #[cfg(target_os = "linux")]
 mod linux {
+    use rustix::time::{
+        Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags, Timespec, timerfd_create,
+        timerfd_settime,
+    };
     use std::io;
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::fd::{AsRawFd, OwnedFd};
     use std::time::Duration;
 
     /// A one-shot monotonic timer whose expiry makes its file descriptor readable.
@@ -22,18 +26,10 @@ mod linux {
     impl WakeTimer {
         /// A disarmed, non-blocking timer.
         pub fn new() -> io::Result<Self> {
-            // SAFETY: timerfd_create takes no pointers; it returns a new descriptor or -1.
-            let raw = unsafe {
-                libc::timerfd_create(
-                    libc::CLOCK_MONOTONIC,
-                    libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
-                )
-            };
-            if raw < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // SAFETY: `raw` is a fresh descriptor that nothing else owns.
-            let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+            let fd = timerfd_create(
+                TimerfdClockId::Monotonic,
+                TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC,
+            )?;
             Ok(Self { fd })
         }
 
@@ -41,39 +37,27 @@ mod linux {
         pub fn arm(&self, after: Duration) -> io::Result<()> {
             // A zero it_value would disarm the timer; one nanosecond means "now".
             let after = after.max(Duration::from_nanos(1));
-            let spec = libc::itimerspec {
-                it_interval: libc::timespec {
+            let it_value = Timespec::try_from(after).map_err(|_| {
+                io::Error::new(io::ErrorKind::InvalidInput, "timer delay out of range")
+            })?;
+            let spec = Itimerspec {
+                it_interval: Timespec {
                     tv_sec: 0,
                     tv_nsec: 0,
                 },
-                it_value: libc::timespec {
-                    tv_sec: after.as_secs() as libc::time_t,
-                    tv_nsec: after.subsec_nanos() as libc::c_long,
-                },
+                it_value,
             };
-            // SAFETY: `spec` is a valid itimerspec we own; the old-value pointer may be null.
-            let rc = unsafe {
-                libc::timerfd_settime(self.fd.as_raw_fd(), 0, &spec, std::ptr::null_mut())
-            };
-            if rc == 0 {
-                Ok(())
-            } else {
-                Err(io::Error::last_os_error())
-            }
+            timerfd_settime(&self.fd, TimerfdTimerFlags::empty(), &spec)?;
+            Ok(())
         }
 
         /// Consumes an expiry so the descriptor stops being readable. Returns whether it had fired.
         pub fn clear(&self) -> bool {
-            let mut expirations = 0u64;
-            // SAFETY: we read at most 8 bytes into a u64 we own; timerfd reads are exactly 8 bytes.
-            let n = unsafe {
-                libc::read(
-                    self.fd.as_raw_fd(),
-                    (&raw mut expirations).cast::<libc::c_void>(),
-                    std::mem::size_of::<u64>(),
-                )
-            };
-            n == std::mem::size_of::<u64>() as isize && expirations > 0
+            // A timerfd read is exactly 8 bytes: the expirations since the last read, or
+            // EAGAIN (non-blocking) when there were none.
+            let mut expirations = [0u8; 8];
+            matches!(rustix::io::read(&self.fd, &mut expirations), Ok(8))
+                && u64::from_ne_bytes(expirations) > 0
         }
 
         /// The descriptor to register with a poller.

@@ -2,6 +2,7 @@
 //! `cluster …` extension commands (docs/protocol.md).
 
 use anyhow::Context;
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -19,6 +20,15 @@ pub struct CtlArgs {
         default_value = "127.0.0.1:11211"
     )]
     server: String,
+    /// The ring's secret file: `leave` then goes to the cell's peer port with a proof of it
+    /// (a ring with a secret refuses it on the client port).
+    #[arg(
+        long,
+        global = true,
+        value_name = "PATH",
+        env = "CELLCACHE_CLUSTER__SECRET_FILE"
+    )]
+    cluster_secret_file: Option<String>,
     #[command(subcommand)]
     command: CtlCommand,
 }
@@ -42,6 +52,21 @@ enum CtlCommand {
     Leave {
         /// The cell id (as `ctl status` prints it).
         cell: String,
+    },
+    /// The ring's secret.
+    Secret {
+        #[command(subcommand)]
+        command: SecretCommand,
+    },
+}
+
+#[derive(clap::Subcommand)]
+enum SecretCommand {
+    /// Write a fresh random secret to a new file PATH (mode 0600), for every cell's
+    /// `--cluster-secret-file` (copy the same file to each host of the ring).
+    New {
+        /// The file to create; an existing file is left alone.
+        path: PathBuf,
     },
 }
 
@@ -71,15 +96,44 @@ pub fn command(server: &str, line: &str) -> anyhow::Result<String> {
     Ok(out)
 }
 
+/// Sends a command that changes the ring to the cell at client address `server`: with the
+/// ring's secret, to its peer port after proving the secret; without, to its client port.
+fn ring_command(server: &str, line: &str, secret_file: Option<&str>) -> anyhow::Result<String> {
+    use cellcache_node::cluster::handshake;
+    let Some(secret) = handshake::load_secret(secret_file.unwrap_or(""))? else {
+        return command(server, line);
+    };
+    let timeout = Duration::from_secs(30);
+    let peer = cellcache_node::cluster::peer_address_of(server, timeout)?;
+    let wire = cellcache_node::config::NodeConfig::default().cluster.wire;
+    handshake::operator_call(&peer, &secret, &wire, line, timeout)
+}
+
 pub fn run(args: CtlArgs) -> anyhow::Result<()> {
     let server = &args.server;
-    let (server, line) = match &args.command {
-        CtlCommand::Status => (server, "cluster status".to_string()),
-        CtlCommand::Ranges => (server, "cluster ranges".to_string()),
-        CtlCommand::Leave { cell } => (server, format!("cluster leave {cell}")),
-        CtlCommand::Split { cell, new } => (new, format!("cluster invite {server} {cell}")),
+    let secret = args.cluster_secret_file.as_deref();
+    let reply = match &args.command {
+        CtlCommand::Status => command(server, "cluster status")?,
+        CtlCommand::Ranges => command(server, "cluster ranges")?,
+        CtlCommand::Leave { cell } => {
+            ring_command(server, &format!("cluster leave {cell}"), secret)?
+        }
+        CtlCommand::Split { cell, new } => {
+            command(new, &format!("cluster invite {server} {cell}"))?
+        }
+        CtlCommand::Secret {
+            command: SecretCommand::New { path },
+        } => {
+            cellcache_node::cluster::handshake::write_new_secret(path)?;
+            println!(
+                "wrote a new cluster secret to {} (mode 0600): start every cell with \
+                 --cluster-secret-file {}",
+                path.display(),
+                path.display()
+            );
+            return Ok(());
+        }
     };
-    let reply = command(server, &line)?;
     print!("{}", reply.replace("\r\n", "\n"));
     anyhow::ensure!(
         !reply.starts_with("SERVER_ERROR") && !reply.starts_with("CLIENT_ERROR"),
@@ -116,6 +170,13 @@ enum ClusterCommand {
         /// cellcache-cluster-BASE_PORT.pids].
         #[arg(long, value_name = "FILE")]
         run_file: Option<PathBuf>,
+        /// The ring's secret file, created (mode 0600) if missing [default: beside the run
+        /// file, cellcache-cluster-BASE_PORT.secret].
+        #[arg(long, value_name = "PATH")]
+        cluster_secret_file: Option<PathBuf>,
+        /// Run the ring without a secret: anyone who reaches a peer port can act as a cell.
+        #[arg(long, conflicts_with = "cluster_secret_file")]
+        open: bool,
         /// Extra flags for every `cellcache serve`.
         #[arg(last = true)]
         serve_args: Vec<String>,
@@ -324,15 +385,23 @@ pub fn run_cluster(args: ClusterArgs) -> anyhow::Result<()> {
             memory_limit,
             start_timeout,
             run_file,
+            cluster_secret_file,
+            open,
             serve_args,
-        } => up(
-            cells,
-            base_port,
-            memory_limit,
-            Duration::from_secs(start_timeout),
-            run_file.unwrap_or_else(|| default_run_file(base_port)),
-            &serve_args,
-        ),
+        } => {
+            let run_file = run_file.unwrap_or_else(|| default_run_file(base_port));
+            let secret = (!open)
+                .then(|| cluster_secret_file.unwrap_or_else(|| run_file.with_extension("secret")));
+            up(
+                cells,
+                base_port,
+                memory_limit,
+                Duration::from_secs(start_timeout),
+                run_file,
+                secret,
+                &serve_args,
+            )
+        }
         ClusterCommand::Down {
             base_port,
             timeout,
@@ -366,9 +435,15 @@ fn up(
     memory_limit: usize,
     start_timeout: Duration,
     run_file: PathBuf,
+    secret: Option<PathBuf>,
     serve_args: &[String],
 ) -> anyhow::Result<()> {
     anyhow::ensure!(cells >= 1, "--cells must be at least 1");
+    if let Some(path) = &secret {
+        if !path.exists() {
+            cellcache_node::cluster::handshake::write_new_secret(path)?;
+        }
+    }
     if let Ok(old) = RunFile::read(&run_file, base_port) {
         anyhow::ensure!(
             !alive(old.up),
@@ -412,6 +487,11 @@ fn up(
             let mut cmd = Command::new(&exe);
             cmd.args(["serve", "-l", "127.0.0.1", "-p", &port.to_string()])
                 .args(["-m", &memory_limit.to_string()])
+                .args(
+                    secret
+                        .iter()
+                        .flat_map(|p| [OsStr::new("--cluster-secret-file"), p.as_os_str()]),
+                )
                 .args(serve_args)
                 .stdin(Stdio::null());
             if i > 0 {
@@ -441,6 +521,16 @@ fn up(
         }
     };
     print!("{}", status.replace("\r\n", "\n"));
+    match &secret {
+        Some(path) => println!(
+            "cluster secret: {} (ctl leave needs --cluster-secret-file {})",
+            path.display(),
+            path.display()
+        ),
+        None => {
+            println!("no cluster secret (--open): anyone who reaches a peer port can act as a cell")
+        }
+    }
     println!(
         "ring of {cells} up (pids in {}). Try: cellcache ctl status -s {first}\n\
          Stop it with Ctrl-C or: cellcache cluster down --base-port {base_port}",

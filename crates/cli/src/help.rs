@@ -19,7 +19,7 @@ const KEYS: &[(&str, &str)] = &[
     ("disable_flush_all", "server.flush_enabled"),
     ("disable_evictions", "store.evictions"),
     ("disable_cas", "store.cas_enabled"),
-    ("max_reqs_per_event", ""),
+    ("max_reqs_per_event", "server.requests_per_event_max"),
     ("detail_delimiter", "server.detail_delimiter"),
     ("protocol", "server.binding_protocol"),
     ("extended", ""),
@@ -30,6 +30,7 @@ const KEYS: &[(&str, &str)] = &[
     ("join", "cluster.join"),
     ("peer_port", "cluster.peer_port"),
     ("standby", "cluster.standby"),
+    ("cluster_secret_file", "cluster.secret_file"),
     ("state_dir", "cluster.state_dir"),
     ("standalone", "cluster.enabled"),
     ("verbose", "log.level"),
@@ -53,7 +54,6 @@ fn default_of(id: &str, key: &str, defaults: &toml::Table) -> String {
         "disable_flush_all" => return "off (flush_all allowed)".into(),
         "disable_evictions" => return "off (evict)".into(),
         "disable_cas" => return "off (CAS on)".into(),
-        "max_reqs_per_event" => return "none (accepted, ignored)".into(),
         "extended" => return "none".into(),
         "detail_delimiter" => return "':' with counts off (server.detail_enabled)".into(),
         "verbose" => return format!("off (log.level {})", config.log.level),
@@ -62,6 +62,9 @@ fn default_of(id: &str, key: &str, defaults: &toml::Table) -> String {
             return "$XDG_STATE_HOME/cellcache or ~/.local/state/cellcache".into();
         }
         "join" if config.cluster.join.is_empty() => return "none: bootstrap a ring of one".into(),
+        "cluster_secret_file" if config.cluster.secret_file.is_empty() => {
+            return "none: the peer port is open (docs/security.md)".into();
+        }
         _ => {}
     }
     let mut value = toml::Value::Table(defaults.clone());
@@ -127,8 +130,7 @@ mod tests {
                 "--{id} shows no default: {help}"
             );
             assert!(
-                ["config", "max_reqs_per_event", "extended"].contains(&id)
-                    || help.contains("[toml: "),
+                ["config", "extended"].contains(&id) || help.contains("[toml: "),
                 "--{id} shows no TOML key: {help}"
             );
             assert!(!help.contains("[default: ?]"), "--{id}: {help}");
@@ -145,5 +147,15 @@ mod tests {
             .find(|a| a.get_id() == "memory_limit")
             .unwrap();
         assert!(m.get_help().unwrap().to_string().contains("[default: 64]"));
+        let r = cmd
+            .get_arguments()
+            .find(|a| a.get_id() == "max_reqs_per_event")
+            .unwrap();
+        assert!(
+            r.get_help()
+                .unwrap()
+                .to_string()
+                .contains("[default: 20] [toml: server.requests_per_event_max]")
+        );
     }
 }

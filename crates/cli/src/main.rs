@@ -2,6 +2,8 @@
 //! operator's tools. Configuration precedence: defaults < `--config` file < `CELLCACHE_*`
 //! environment < flags (see `cellcache.example.toml`).
 
+#![forbid(unsafe_code)]
+
 mod ctl;
 mod help;
 mod serve;

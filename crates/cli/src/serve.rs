@@ -52,8 +52,8 @@ pub struct ServeArgs {
     /// 8 bytes less against -I.
     #[arg(short = 'C', long)]
     pub disable_cas: bool,
-    /// Requests per event (memcached -R): accepted (> 0) and ignored — cellcache bounds a
-    /// connection's turn by its output (io.output_buffer_high_bytes) instead.
+    /// Requests a connection may run per turn (memcached -R, > 0): past it, with more
+    /// input waiting, the connection yields to the others (`stats`: conn_yields).
     #[arg(short = 'R', long, value_name = "N")]
     pub max_reqs_per_event: Option<u32>,
     /// Prefix delimiter for `stats detail`, and turn the per-prefix counts on (memcached -D).
@@ -91,6 +91,10 @@ pub struct ServeArgs {
     /// Wait outside any ring until `cellcache ctl split CELL --new THIS` brings it in.
     #[arg(long)]
     pub standby: bool,
+    /// File with the ring's secret (`cellcache ctl secret new PATH`); every cell of a ring
+    /// needs the same one. Without it the peer port is open to anyone who reaches it.
+    #[arg(long, value_name = "PATH")]
+    pub cluster_secret_file: Option<String>,
     /// Directory of the membership file that lets a restarted cell rejoin its ring
     /// (`off`: none).
     #[arg(long, value_name = "DIR")]
@@ -191,7 +195,7 @@ impl ServeArgs {
                 n > 0,
                 "-R 0: Number of requests per event must be greater than 0 (as memcached)"
             );
-            ignored.push(format!("-R {n}"));
+            c.server.requests_per_event_max = n;
         }
         if let Some(p) = self.protocol {
             c.server.binding_protocol = p;
@@ -219,6 +223,9 @@ impl ServeArgs {
         if let Some(p) = self.peer_port {
             c.cluster.peer_port = p;
         }
+        if let Some(path) = &self.cluster_secret_file {
+            c.cluster.secret_file = path.clone();
+        }
         if self.standby {
             c.cluster.standby = true;
         }
@@ -233,7 +240,10 @@ impl ServeArgs {
             1 => c.log.level = "debug".into(),
             _ => c.log.level = "trace".into(),
         }
-        c.validate()?;
+        // A limit below the store's minimum is raised (and logged) when the cell starts.
+        let mut raised = c.clone();
+        raised.raise_memory_to_minimum();
+        raised.validate()?;
         Ok((c, ignored))
     }
 }
@@ -438,9 +448,11 @@ mod tests {
         assert!(!c.store.evictions);
         assert!(!c.store.cas_enabled);
         assert_eq!(c.server.binding_protocol, BindingProtocol::Ascii);
-        assert_eq!(ignored, ["-R 5"]);
+        assert_eq!(c.server.requests_per_event_max, 5);
+        assert!(ignored.is_empty(), "{ignored:?}");
         let (c, _) = serve(&[]).unwrap();
         assert!(c.server.flush_enabled && c.store.evictions && c.store.cas_enabled);
+        assert_eq!(c.server.requests_per_event_max, 20, "memcached's default");
         // As memcached: -R 0 and unknown -B values are refused; -B binary is served.
         assert!(serve(&["-R", "0"]).is_err());
         let err = serve(&["-B", "foo"]).unwrap_err().to_string();

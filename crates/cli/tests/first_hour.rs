@@ -1,4 +1,4 @@
-//! A new user's first hour (issue 17): what the binary says when something is wrong — one
+//! A new user's first hour: what the binary says when something is wrong — one
 //! line per error, the path as typed, no backtrace, no colour codes in a log file, every
 //! flag's default in `--help`. Each test runs the real binary with a bounded wait.
 
@@ -91,10 +91,10 @@ fn config_errors_are_one_line_naming_the_path_as_typed_without_backtrace() {
 #[test]
 fn an_invalid_flag_value_says_the_cause_once() {
     let mut cmd = cellcache();
-    cmd.args(["serve", "-p", "0", "-m", "1"])
+    cmd.args(["serve", "-p", "0", "-I", "512"])
         .env("RUST_BACKTRACE", "1");
     let line = one_error_line(&run(cmd));
-    assert!(line.contains("too small"), "{line}");
+    assert!(line.contains("1024"), "{line}");
     // Each cause once: no clause of the message repeats.
     let clauses: Vec<&str> = line.split(": ").collect();
     for (i, c) in clauses.iter().enumerate() {
@@ -412,4 +412,16 @@ fn a_signal_stops_a_cell_whose_log_pipe_is_closed() {
     }
     let status = terminate(&mut cell.0, "a cell with a closed log pipe");
     assert!(status.success(), "{status}");
+}
+
+/// As memcached: `-I` above half of `-m` is refused at start, with memcached's reason.
+#[test]
+fn an_item_size_over_half_the_memory_is_refused() {
+    let mut cmd = cellcache();
+    cmd.args(["serve", "-p", "0", "--standalone", "-I", "256m"]);
+    let line = one_error_line(&run(cmd));
+    assert!(
+        line.contains("Cannot set item size limit higher than 1/2 of memory max"),
+        "{line}"
+    );
 }

@@ -1,4 +1,4 @@
-//! Limits and lifecycle of a running cell (SPEC N3, S3): the connection limit answers
+//! Limits and lifecycle of a running cell: the connection limit answers
 //! memcached's error, idle connections are closed, over-long lines are refused, SIGTERM
 //! stops the cell gracefully after answering what it received.
 

@@ -23,12 +23,7 @@ fn set(c: &mut Client, key: &str, value: &str) {
 }
 
 fn get(c: &mut Client, key: &str) -> Option<String> {
-    c.send(format!("get {key}\r\n").as_bytes());
-    match c.lines_until_end().as_slice() {
-        [] => None,
-        [_, v] => Some(v.clone()),
-        other => panic!("unexpected get reply {other:?}"),
-    }
+    c.get_value(key)
 }
 
 /// A cell's own copy of `key` (never forwarded).

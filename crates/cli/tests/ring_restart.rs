@@ -12,12 +12,7 @@ use std::time::Duration;
 const KEYS: usize = 300;
 
 fn get(c: &mut Client, key: &str) -> Option<String> {
-    c.send(format!("get {key}\r\n").as_bytes());
-    match c.lines_until_end().as_slice() {
-        [] => None,
-        [_, v] => Some(v.clone()),
-        other => panic!("unexpected get reply {other:?}"),
-    }
+    c.get_value(key)
 }
 
 /// A ring of three with `KEYS` keys written through cell 1; returns the ring and the

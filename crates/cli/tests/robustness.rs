@@ -1,5 +1,5 @@
 //! Malformed input of any kind gets a protocol error and never crashes, hangs or corrupts a
-//! cell (SPEC S1): seeded random and truncated byte streams are thrown at a running cell,
+//! cell: seeded random and truncated byte streams are thrown at a running cell,
 //! and after each burst the cell must still answer a fresh client exactly right.
 
 mod common;

@@ -16,7 +16,7 @@
 //! backup sets gain N) and the `r - 1` successors of X (their backup ranges shrink). An
 //! absorption of D involves D, its `r - 1` predecessors (their backup sets lose D) and its `r`
 //! successors (the first promotes D's range, the others re-replicate it). For `r = 2` a
-//! division touches exactly the three cells of seed 001.
+//! division touches exactly three cells: X, N and X's successor.
 
 use std::collections::BTreeSet;
 

@@ -6,7 +6,7 @@
 //! code base depends on this trait, not on a Raft library, so the library can be swapped or
 //! upgraded in one place and the ring can be simulated with a perfect oracle.
 //!
-//! Group shape (SPEC C3): at most [`VOTERS_MAX_DEFAULT`] voters, the other cells follow as
+//! Group shape: at most [`VOTERS_MAX_DEFAULT`] voters, the other cells follow as
 //! learners. [`Membership::from_map`] picks voters spread evenly around the ring, so the
 //! correlated failure the ring already cannot survive (adjacent cells) costs at most one or two
 //! voters rather than a quorum.

@@ -1,12 +1,12 @@
 //! Cell ids: exact, totally ordered names for the cells of the ring.
 //!
-//! Seed 001 names cells with floats and places a child between its parent and the parent's
-//! successor ("name the child with the next whole number if it fits, else the midpoint").
-//! Floats run out of precision after ~50 divisions at one spot; this module keeps the same
-//! rule with exact arithmetic. A [`CellId`] is a non-negative dyadic rational
-//! `whole + Σ frac[i] / 256^(i+1)`: midpoints of dyadic rationals are dyadic, so dividing the
-//! same spot any number of times always yields a new, distinct, correctly ordered id, at the
-//! cost of one bit per division.
+//! The Cell Cycle proposal cellcache started from names cells with floats and places a child
+//! between its parent and the parent's successor ("name the child with the next whole number if
+//! it fits, else the midpoint"). Floats run out of precision after ~50 divisions at one spot;
+//! this module keeps the same rule with exact arithmetic. A [`CellId`] is a non-negative dyadic
+//! rational `whole + Σ frac[i] / 256^(i+1)`: midpoints of dyadic rationals are dyadic, so
+//! dividing the same spot any number of times always yields a new, distinct, correctly ordered
+//! id, at the cost of one bit per division.
 //!
 //! Guarantees: the representation is canonical (no trailing zero fraction bytes), so derived
 //! equality, hashing and ordering are exactly those of the rational values; the text form
@@ -65,10 +65,10 @@ impl CellId {
         self.frac.len()
     }
 
-    /// Seed 001's naming rule in exact arithmetic: the id of a new cell placed after `low`,
-    /// before `high` (`None` when `low` is the last id of the ring). If the next whole number
-    /// after `low` is still below `high` it is used (keeps ids short); otherwise the exact
-    /// midpoint. The result is strictly between the bounds.
+    /// The naming rule of the module doc in exact arithmetic: the id of a new cell placed
+    /// after `low`, before `high` (`None` when `low` is the last id of the ring). If the next
+    /// whole number after `low` is still below `high` it is used (keeps ids short); otherwise
+    /// the exact midpoint. The result is strictly between the bounds.
     pub fn between(low: &CellId, high: Option<&CellId>) -> Result<CellId, IdError> {
         let next_whole = low.whole.checked_add(1).map(CellId::whole);
         match high {
@@ -235,7 +235,7 @@ mod tests {
     }
 
     #[test]
-    fn seed_001_examples() {
+    fn child_ids_match_the_proposals_division_examples() {
         // Node 2 (last) divides -> 3; 2 divides again (successor 3) -> 2.5; then 2.25.
         assert_eq!(CellId::between(&id("2"), None).unwrap(), id("3"));
         assert_eq!(

@@ -13,6 +13,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod change;
 pub mod consensus;
 pub mod id;
@@ -20,15 +21,14 @@ pub mod map;
 pub mod placement;
 #[cfg(feature = "raft")]
 pub mod raft;
-pub mod range;
 pub mod ring;
 pub mod wire;
 
+pub use cellcache_keyspace::{HashRange, RangeError, range};
 pub use change::{Change, ChangeError, Proposal};
 pub use consensus::{Consensus, ConsensusError, LocalConsensus, Membership};
 pub use id::{CellId, IdError};
 pub use map::{AbsorptionReason, Cell, CellAddress, CellState, ClusterMap, MapError, Migration};
 pub use placement::key_hash;
-pub use range::{HashRange, RangeError};
 pub use ring::{Output, Ring, RingConfig, RingMessage};
 pub use wire::{Decoded, Frame, FrameKind, WireConfig, WireError};

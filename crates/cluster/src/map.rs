@@ -25,7 +25,7 @@ use crate::range::HashRange;
 
 /// Upper bound on the replication factor: a master plus up to four backups.
 pub const REPLICATION_FACTOR_MAX: u8 = 5;
-/// Default replication factor: a master and one backup (SPEC C1).
+/// Default replication factor: a master and one backup.
 pub const REPLICATION_FACTOR_DEFAULT: u8 = 2;
 /// Default bound on an encoded map accepted by [`ClusterMap::decode`].
 pub const MAP_BYTES_MAX_DEFAULT: usize = 4 * 1024 * 1024;

@@ -11,10 +11,7 @@ use crate::id::CellId;
 use crate::map::{Cell, CellState, ClusterMap};
 use crate::range::HashRange;
 
-/// The 64-bit ring position of a key: xxh3-64 of its bytes (the same function the store uses).
-pub fn key_hash(key: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(key)
-}
+pub use cellcache_keyspace::key_hash;
 
 impl ClusterMap {
     /// The master of `hash`. O(log n) over the placement index built at validation.

@@ -18,7 +18,8 @@
 //! is harmless because entries computed against older epochs are refused as stale.
 //!
 //! The log is in memory: a restarted cell rejoins as a new member, which is what the ring
-//! does with a restarted cell anyway (SPEC C9).
+//! does with a restarted cell anyway (a cell declared dead that comes back is fenced and
+//! rejoins as a new cell).
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -488,7 +488,7 @@ impl Ring {
             }
         }
         let epoch = self.map.epoch();
-        // Suspicion of the successor (seed 001: each cell watches the next one).
+        // Suspicion of the successor (each cell watches the next one).
         if let Some(successor) = self.backups.first().cloned() {
             let last = self.last_ack_ms.get(&successor).copied().unwrap_or(now_ms);
             if now_ms.saturating_sub(last) >= self.config.suspicion_timeout_ms {

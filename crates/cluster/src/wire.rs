@@ -84,6 +84,16 @@ pub enum FrameKind {
     Refused = 12,
     /// Consensus-group traffic (opaque to this codec).
     Consensus = 13,
+    /// First frame of a connection to a ring with a secret: the connecting cell's nonce
+    /// ([`crate::auth`]).
+    AuthInit = 14,
+    /// The accepting cell's nonce and its proof of the secret over both nonces.
+    AuthChallenge = 15,
+    /// The connecting cell's proof of the secret; nothing else is read before it checks.
+    AuthResponse = 16,
+    /// An operator's ring command (a `cluster …` text line: join, leave) and, with the same
+    /// request id, its text reply; only on a connection that proved the ring's secret.
+    Control = 17,
 }
 
 impl FrameKind {
@@ -104,6 +114,10 @@ impl FrameKind {
             11 => SnapshotDone,
             12 => Refused,
             13 => Consensus,
+            14 => AuthInit,
+            15 => AuthChallenge,
+            16 => AuthResponse,
+            17 => Control,
             _ => return None,
         })
     }
@@ -153,6 +167,9 @@ pub enum WireError {
     /// A payload does not follow its kind's layout.
     #[error("malformed payload: {0}")]
     Payload(&'static str),
+    /// Fewer bytes than a header were given where a whole header is needed.
+    #[error("a frame header is {HEADER_BYTES} bytes, got {0}")]
+    ShortHeader(usize),
 }
 
 fn u16_at(buf: &[u8], at: usize) -> u16 {
@@ -215,15 +232,8 @@ pub fn decode<'a>(config: &WireConfig, buf: &'a [u8]) -> Result<Decoded<'a>, Wir
     if buf.len() < HEADER_BYTES {
         return Ok(Decoded::Incomplete);
     }
-    let len = u32_at(buf, 20);
-    if len > config.frame_payload_bytes_max {
-        return Err(WireError::TooLarge {
-            len: u64::from(len),
-            max: config.frame_payload_bytes_max,
-        });
-    }
-    let body_end = HEADER_BYTES + len as usize;
-    let total = body_end + TRAILER_BYTES;
+    let total = frame_bytes(config, buf)?;
+    let body_end = total - TRAILER_BYTES;
     if buf.len() < total {
         return Ok(Decoded::Incomplete);
     }
@@ -243,6 +253,29 @@ pub fn decode<'a>(config: &WireConfig, buf: &'a [u8]) -> Result<Decoded<'a>, Wir
         frame,
         consumed: total,
     })
+}
+
+/// The whole length of the frame whose header starts `header` (at least [`HEADER_BYTES`]
+/// bytes), after checking the header's magic, version and length bound: for a reader that
+/// must take exactly one frame off a stream and not a byte more (the peer handshake).
+pub fn frame_bytes(config: &WireConfig, header: &[u8]) -> Result<usize, WireError> {
+    if header.len() < HEADER_BYTES {
+        return Err(WireError::ShortHeader(header.len()));
+    }
+    if u16_at(header, 0) != MAGIC {
+        return Err(WireError::BadMagic(u16_at(header, 0)));
+    }
+    if header[2] != WIRE_VERSION {
+        return Err(WireError::UnsupportedVersion(header[2]));
+    }
+    let len = u32_at(header, 20);
+    if len > config.frame_payload_bytes_max {
+        return Err(WireError::TooLarge {
+            len: u64::from(len),
+            max: config.frame_payload_bytes_max,
+        });
+    }
+    Ok(HEADER_BYTES + len as usize + TRAILER_BYTES)
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use std::time::Duration;
 pub enum IoEngineKind {
     #[default]
     Auto,
-    /// Blocking sockets, one OS thread per connection (seed 004's "MT" server).
+    /// Blocking sockets, one OS thread per connection (the classic multi-threaded server).
     Threads,
     /// Edge-triggered epoll, one non-blocking event loop per core.
     Epoll,

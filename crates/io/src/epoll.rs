@@ -13,7 +13,10 @@
 //! request batch (measured in docs/io-engines.md). When the peer's FIN was reported, reads go
 //! on to `WouldBlock`/EOF so the close is never missed. A connection that still has work
 //! after `ROUNDS_PER_TURN` rounds goes on the worker's ready queue, so one busy pipelining
-//! client cannot starve the others.
+//! client cannot starve the others; so does one whose session yielded (`Progress::yielded`:
+//! it ran its per-event request limit with input left), at once; its replies so far are
+//! written with the next ones, once its input is drained or its output reaches the high-water
+//! mark (one send per batch, not one per yield).
 
 use crate::{
     Accepted, EngineConfig, EngineStats, IoError, Notify, Progress, RunningEngine, Service,
@@ -220,6 +223,8 @@ struct Conn<S> {
     read_closed: bool,
     /// Unconsumed input may hold a complete request the session has not seen yet.
     unprocessed: bool,
+    /// The session yielded in the last `handle`: the turn ends after the write.
+    yielded: bool,
     eof: bool,
     closing: bool,
     last_active: Instant,
@@ -310,6 +315,7 @@ impl<S: Session> Conn<S> {
             consumed,
             output_full,
             close,
+            yielded,
         } = self.session.on_input(
             &self.input[self.input_start..self.input_end],
             &mut self.output,
@@ -317,15 +323,17 @@ impl<S: Session> Conn<S> {
         );
         debug_assert!(consumed <= self.input_end - self.input_start);
         self.input_start += consumed.min(self.input_end - self.input_start);
-        self.unprocessed = output_full;
+        self.unprocessed = output_full || yielded;
+        self.yielded = yielded;
         if close {
             self.closing = true;
         }
     }
 
     /// Runs handle → write → read rounds until the connection has nothing left to do
-    /// right now, or its turn is over. Replies are written as soon as they are produced,
-    /// before the next read, so no read syscall delays them.
+    /// right now, or its turn is over (after `ROUNDS_PER_TURN` rounds, or at once when the
+    /// session yielded). Replies are written as soon as they are produced, before the next
+    /// read, so no read syscall delays them.
     fn drive(&mut self, config: &EngineConfig, stats: &EngineStats, stopping: bool) -> Next {
         for _ in 0..ROUNDS_PER_TURN {
             let mut progressed = false;
@@ -334,6 +342,14 @@ impl<S: Session> Conn<S> {
                 let before = (self.input_start, self.output.len());
                 self.handle(config);
                 progressed |= before != (self.input_start, self.output.len());
+            }
+            if self.yielded && !self.closing {
+                // The rest of its input waits until the other ready connections had their
+                // turn. Its replies wait with it (under the output high-water mark, which
+                // stops the session before it is reached): written once the input is
+                // drained, in one send instead of one per yield.
+                self.yielded = false;
+                return Next::MoreWork;
             }
             match self.flush(stats) {
                 Ok(wrote) => progressed |= wrote,
@@ -498,6 +514,7 @@ impl<S: Service> Worker<S> {
                 readable: true,
                 read_closed: false,
                 unprocessed: false,
+                yielded: false,
                 eof: false,
                 closing: false,
                 last_active: Instant::now(),

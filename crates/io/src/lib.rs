@@ -18,6 +18,12 @@
 //!   only in `poll(2)` on that connection plus its wake-up eventfd.
 //! - `on_input`, `on_notify` and `on_close` of one session run on one thread, never
 //!   concurrently; `on_close` runs exactly once.
+//! - Yielding: a session that returns [`Progress::yielded`] is offered its unconsumed input
+//!   again without any new byte or notify arriving, after the worker has served the other
+//!   connections that were ready (`epoll`: the back of the worker's ready queue; `uring`: a
+//!   ready queue drained after each batch of completions, the ring not blocking while it
+//!   is non-empty; `threads`: at once, since the thread serves no one else). Output
+//!   produced before the yield is written meanwhile.
 //! - After [`Shutdown::trigger`] no new connection is accepted, input already received is
 //!   still offered to sessions and the replies written (for at most
 //!   [`EngineConfig::shutdown_grace_millis`]), then every connection is closed.
@@ -55,12 +61,17 @@ pub struct Progress {
     /// Close the connection once pending output has been written (e.g. `quit`, or a
     /// protocol error after which the stream cannot be resynchronised).
     pub close: bool,
+    /// The session stopped after its per-event request limit with input left: end this
+    /// connection's turn, serve others, then offer the input again without waiting for
+    /// new bytes (memcached's `-R`).
+    pub yielded: bool,
 }
 
 /// One client connection's protocol state. Owned by exactly one worker thread.
 pub trait Session: Send + 'static {
     /// Handles as much of `input` as forms complete requests, appending replies to
-    /// `output`. Should stop once `output.len() >= output_budget` (setting `output_full`).
+    /// `output`. Should stop once `output.len() >= output_budget` (setting `output_full`);
+    /// may stop earlier to let other connections run (setting `yielded`).
     fn on_input(&mut self, input: &[u8], output: &mut Vec<u8>, output_budget: usize) -> Progress;
 
     /// Called on the owning worker after the session's [`Notify`] fired on any thread:

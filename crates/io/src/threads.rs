@@ -1,4 +1,4 @@
-//! The `threads` engine: a blocking OS thread per connection — seed 004's "MT" server,
+//! The `threads` engine: a blocking OS thread per connection — the classic multi-threaded ("MT") server,
 //! kept as the baseline the event-driven engines are measured against.
 //!
 //! An acceptor thread accepts and spawns one thread per connection; that thread owns the
@@ -15,6 +15,10 @@
 //! waiting, so the next read skips the `poll`. Writes are attempted directly and only a
 //! full socket buffer leads to `poll(POLLOUT)`; a thread never reads while it holds
 //! unwritten output, which is this engine's backpressure.
+//!
+//! A session that yields (`Progress::yielded`, memcached's `-R`) is handled like one whose
+//! output is full: its replies are written, then its input is offered again at once, since
+//! the thread has no other connection to let run.
 //!
 //! The acceptor waits in `poll(2)` on the listener and its own eventfd, so shutdown stops
 //! it at once. On shutdown it closes the listener and joins every connection thread, each
@@ -316,13 +320,16 @@ impl<S: Session> Conn<S> {
                     consumed,
                     output_full,
                     close,
+                    yielded,
                 } = self.session.on_input(
                     &self.input[self.input_start..],
                     &mut self.output,
                     budget,
                 );
                 self.input_start += consumed.min(self.input.len() - self.input_start);
-                self.unprocessed = output_full;
+                // A yield needs no turn-taking here (this thread serves no other
+                // connection): like a full output, write what was produced and go on.
+                self.unprocessed = output_full || yielded;
                 self.closing |= close;
             } else {
                 self.unprocessed = false;

@@ -1,9 +1,11 @@
 //! Engine behaviour with a toy line protocol: each `\n`-terminated line is answered with
 //! the line upper-cased; `quit` closes the connection; `defer` is answered later from
-//! another thread through the session's `Notify`. No memcached here: these tests pin down
-//! what every engine promises any session (ordering, partial reads, pipelining, connection
-//! limit, backpressure, input limit, idle timeout, graceful shutdown, notify, many
-//! connections at once).
+//! another thread through the session's `Notify`; a line starting with `quiet` gets no
+//! answer (as a memcached `noreply`); with a request limit the session yields after that
+//! many lines per call (memcached's `-R`). No memcached here: these tests pin down what
+//! every engine promises any session (ordering, partial reads, pipelining, connection
+//! limit, backpressure, input limit, idle timeout, graceful shutdown, notify, yielding,
+//! many connections at once).
 //!
 //! The same suite runs against every engine (`engine_suite!` below). A `uring` run on a
 //! kernel that does not allow io_uring prints `SKIPPED ... <reason>` instead of passing
@@ -23,6 +25,20 @@ use std::time::Duration;
 struct Upper {
     consumed_total: Arc<AtomicUsize>,
     closed_total: Arc<AtomicUsize>,
+    /// Lines a session handles per `on_input` before it yields (`usize::MAX`: never).
+    lines_per_call: usize,
+    yields_total: Arc<AtomicUsize>,
+}
+
+impl Upper {
+    fn new(consumed_total: Arc<AtomicUsize>, closed_total: Arc<AtomicUsize>) -> Self {
+        Self {
+            consumed_total,
+            closed_total,
+            lines_per_call: usize::MAX,
+            yields_total: Arc::default(),
+        }
+    }
 }
 
 struct UpperSession {
@@ -30,6 +46,8 @@ struct UpperSession {
     closed_total: Arc<AtomicUsize>,
     notify: Notify,
     deferred: Arc<AtomicUsize>,
+    lines_per_call: usize,
+    yields_total: Arc<AtomicUsize>,
 }
 
 impl Service for Upper {
@@ -40,6 +58,8 @@ impl Service for Upper {
             closed_total: self.closed_total.clone(),
             notify,
             deferred: Arc::new(AtomicUsize::new(0)),
+            lines_per_call: self.lines_per_call,
+            yields_total: self.yields_total.clone(),
         }
     }
 }
@@ -47,11 +67,18 @@ impl Service for Upper {
 impl Session for UpperSession {
     fn on_input(&mut self, input: &[u8], output: &mut Vec<u8>, budget: usize) -> Progress {
         let mut p = Progress::default();
+        let mut lines = 0;
         while let Some(nl) = input[p.consumed..].iter().position(|&b| b == b'\n') {
             if output.len() >= budget {
                 p.output_full = true;
                 break;
             }
+            if lines == self.lines_per_call {
+                p.yielded = true;
+                self.yields_total.fetch_add(1, Ordering::Relaxed);
+                break;
+            }
+            lines += 1;
             let line = &input[p.consumed..p.consumed + nl];
             p.consumed += nl + 1;
             if line == b"quit" {
@@ -65,6 +92,9 @@ impl Session for UpperSession {
                     deferred.fetch_add(1, Ordering::Release);
                     notify.notify();
                 });
+                continue;
+            }
+            if line.starts_with(b"quiet") {
                 continue;
             }
             output.extend(line.iter().map(u8::to_ascii_uppercase));
@@ -91,6 +121,7 @@ struct Running {
     shutdown: Shutdown,
     consumed: Arc<AtomicUsize>,
     closed: Arc<AtomicUsize>,
+    yields: Arc<AtomicUsize>,
 }
 
 impl Running {
@@ -118,17 +149,24 @@ fn runnable(kind: IoEngineKind, test: &str) -> Option<IoEngineKind> {
 }
 
 fn start(kind: IoEngineKind, config: EngineConfig) -> Running {
+    start_yielding(kind, config, usize::MAX)
+}
+
+/// [`start`] with sessions that yield after `lines_per_call` lines per `on_input`.
+fn start_yielding(kind: IoEngineKind, config: EngineConfig, lines_per_call: usize) -> Running {
     let consumed = Arc::new(AtomicUsize::new(0));
     let closed = Arc::new(AtomicUsize::new(0));
     let shutdown = Shutdown::new();
+    let service = Upper {
+        lines_per_call,
+        ..Upper::new(consumed.clone(), closed.clone())
+    };
+    let yields = service.yields_total.clone();
     let engine = cellcache_io::start(
         kind,
         &["127.0.0.1:0".parse().unwrap()],
         &config,
-        Arc::new(Upper {
-            consumed_total: consumed.clone(),
-            closed_total: closed.clone(),
-        }),
+        Arc::new(service),
         shutdown.clone(),
     )
     .expect("engine starts");
@@ -143,6 +181,7 @@ fn start(kind: IoEngineKind, config: EngineConfig) -> Running {
         shutdown,
         consumed,
         closed,
+        yields,
     }
 }
 
@@ -504,12 +543,7 @@ fn listens_on_every_address_and_refuses_one_given_twice(kind: IoEngineKind) {
         SocketAddr::from(([127, 0, 0, 2], port)),
     ];
     let shutdown = Shutdown::new();
-    let service = || {
-        Arc::new(Upper {
-            consumed_total: Arc::default(),
-            closed_total: Arc::default(),
-        })
-    };
+    let service = || Arc::new(Upper::new(Arc::default(), Arc::default()));
     let engine = cellcache_io::start(
         kind,
         &addrs,
@@ -547,6 +581,56 @@ fn listens_on_every_address_and_refuses_one_given_twice(kind: IoEngineKind) {
     assert!(err.contains("Address already in use"), "{err}");
 }
 
+/// A session that yields after every line (memcached's `-R 1`) is offered the rest of its
+/// input again without new bytes arriving, on every engine: lines that produce no output
+/// (`quiet`, as memcached `noreply` sets) are all consumed although nothing is sent — for
+/// `uring` no completion comes to wake the connection, and alone on its worker it would
+/// wait for input forever; then two connections on one worker, both pipelining, are both
+/// answered to the end, in order.
+fn yielding_sessions_get_all_their_input_processed(kind: IoEngineKind) {
+    const LINES: usize = 300;
+    let run = start_yielding(
+        kind,
+        EngineConfig {
+            threads: 1,
+            ..Default::default()
+        },
+        1,
+    );
+    let addr = run.engine.local_addr;
+    let mut quiet = connect(addr);
+    let silent: String = (0..LINES).map(|i| format!("quiet{i}\n")).collect();
+    quiet
+        .write_all(format!("{silent}done\n").as_bytes())
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(quiet.try_clone().unwrap())
+        .read_line(&mut line)
+        .expect("the quiet lines are all consumed with no output to wake the connection");
+    assert_eq!(line, "DONE\n");
+    let quiet_yields = run.yields.load(Ordering::Relaxed);
+    assert!(quiet_yields > 0 && quiet_yields <= LINES, "{quiet_yields}");
+    let mut streams: Vec<TcpStream> = (0..2).map(|_| connect(addr)).collect();
+    // Both batches are in the server's hands before either client reads.
+    for (c, s) in streams.iter_mut().enumerate() {
+        let batch: String = (0..LINES).map(|i| format!("c{c}line{i}\n")).collect();
+        s.write_all(batch.as_bytes()).unwrap();
+    }
+    for (c, s) in streams.into_iter().enumerate() {
+        let mut r = BufReader::new(s);
+        for i in 0..LINES {
+            line.clear();
+            r.read_line(&mut line).unwrap();
+            assert_eq!(line, format!("C{c}LINE{i}\n"));
+        }
+    }
+    // A yield before every line but the last of a connection's input (fewer if a line
+    // arrived in a later segment, after the session had run out of complete lines).
+    let yields = run.yields.load(Ordering::Relaxed) - quiet_yields;
+    assert!(yields > 0 && yields < 2 * LINES, "{yields}");
+    run.stop();
+}
+
 macro_rules! engine_suite {
     ($module:ident, $kind:expr, [$($test:ident),* $(,)?]) => {
         mod $module {
@@ -578,6 +662,7 @@ macro_rules! every_engine {
                 many_pipelining_connections_get_every_answer_in_order,
                 tiny_buffers_still_answer_everything_in_order,
                 listens_on_every_address_and_refuses_one_given_twice,
+                yielding_sessions_get_all_their_input_processed,
             ]);
         )*
     };

@@ -32,12 +32,14 @@ pub struct Cell {
     pub engine: OnceLock<IoEngineKind>,
     pub started: Instant,
     pub started_unix: u64,
-    /// This cell's ring membership, set once at start when `cluster.enabled`.
-    pub cluster: OnceLock<Arc<crate::cluster::Cluster>>,
-    /// The peer runtime, kept until the cell stops.
-    pub cluster_runtime: parking_lot::Mutex<Option<tokio::runtime::Runtime>>,
-    /// A standby cell's change sink, until `cluster invite` starts its ring membership.
-    pub standby_repl: parking_lot::Mutex<Option<Arc<crate::cluster::repl::Replicator>>>,
+    /// The ring's figures for `stats cellcache`, set once the cell is a ring member. The
+    /// cell knows nothing else of the ring: the ring module, above it, sets this hook.
+    pub ring_figures: OnceLock<Arc<dyn RingFigures>>,
+}
+
+/// What a ring member adds to `stats cellcache` (its `cluster_*` lines).
+pub trait RingFigures: Send + Sync {
+    fn write_stats(&self, out: &mut Vec<u8>);
 }
 
 impl Cell {
@@ -61,9 +63,7 @@ impl Cell {
             engine: OnceLock::new(),
             started: Instant::now(),
             started_unix: unix_now_secs(),
-            cluster: OnceLock::new(),
-            cluster_runtime: parking_lot::Mutex::new(None),
-            standby_repl: parking_lot::Mutex::new(None),
+            ring_figures: OnceLock::new(),
         }
     }
 

@@ -27,6 +27,9 @@ pub enum Phase {
     ParseCmd = 1,
     /// Holding part of a request, waiting for the rest (`conn_nread`).
     Nread = 2,
+    /// Stopped at the `-R` limit with input left, waiting for its next turn
+    /// (`conn_new_cmd`, where memcached's connection waits then).
+    NewCmd = 3,
 }
 
 impl Phase {
@@ -34,6 +37,7 @@ impl Phase {
         match v {
             1 => "conn_parse_cmd",
             2 => "conn_nread",
+            3 => "conn_new_cmd",
             _ => "conn_read",
         }
     }
@@ -66,7 +70,9 @@ struct Entry {
 #[derive(Default)]
 pub struct ConnRegistry {
     next_id: AtomicU64,
+    /// Lock order: a leaf lock, see `cluster::Cluster`.
     conns: Mutex<HashMap<u64, Entry>>,
+    /// Lock order: a leaf lock, see `cluster::Cluster`.
     listeners: Mutex<Vec<Listening>>,
 }
 
@@ -104,36 +110,35 @@ impl ConnRegistry {
     /// `addr`, `state conn_listening` and `secs_since_last_cmd` (the cell's uptime), each
     /// connection's `addr`, `listen_addr`, `state` and `secs_since_last_cmd`.
     pub fn write_stats(&self, now: u32, uptime_secs: u64, out: &mut Vec<u8>) {
-        let mut lines: Vec<(i32, String)> = Vec::new();
+        use cellcache_proto::write_stat as stat;
+        let mut lines: Vec<(i32, Vec<u8>)> = Vec::new();
         for l in self.listeners.lock().iter() {
-            lines.push((
-                l.fd,
-                format!(
-                    "STAT {fd}:addr {addr}\r\nSTAT {fd}:state conn_listening\r\n\
-                     STAT {fd}:secs_since_last_cmd {uptime_secs}\r\n",
-                    fd = l.fd,
-                    addr = wire_addr(l.addr),
-                ),
-            ));
+            let fd = l.fd;
+            let mut text = Vec::new();
+            stat(&mut text, &format!("{fd}:addr"), wire_addr(l.addr));
+            stat(&mut text, &format!("{fd}:state"), "conn_listening");
+            stat(&mut text, &format!("{fd}:secs_since_last_cmd"), uptime_secs);
+            lines.push((fd, text));
         }
         for e in self.conns.lock().values() {
             let a = &e.accepted;
+            let fd = a.fd;
             let idle = now.saturating_sub(e.state.last_cmd_secs.load(Relaxed));
-            lines.push((
-                a.fd,
-                format!(
-                    "STAT {fd}:addr {peer}\r\nSTAT {fd}:listen_addr {listener}\r\n\
-                     STAT {fd}:state {state}\r\nSTAT {fd}:secs_since_last_cmd {idle}\r\n",
-                    fd = a.fd,
-                    peer = wire_addr(a.peer),
-                    listener = wire_addr(a.listener),
-                    state = Phase::name(e.state.phase.load(Relaxed)),
-                ),
-            ));
+            let mut text = Vec::new();
+            stat(&mut text, &format!("{fd}:addr"), wire_addr(a.peer));
+            stat(
+                &mut text,
+                &format!("{fd}:listen_addr"),
+                wire_addr(a.listener),
+            );
+            let state = Phase::name(e.state.phase.load(Relaxed));
+            stat(&mut text, &format!("{fd}:state"), state);
+            stat(&mut text, &format!("{fd}:secs_since_last_cmd"), idle);
+            lines.push((fd, text));
         }
         lines.sort_by_key(|(fd, _)| *fd);
-        for (_, l) in lines {
-            out.extend_from_slice(l.as_bytes());
+        for (_, text) in lines {
+            out.extend_from_slice(&text);
         }
     }
 }

@@ -45,8 +45,6 @@ counters!(
     cmd_meta,
     get_hits,
     get_misses,
-    get_expired,
-    get_flushed,
     delete_misses,
     delete_hits,
     incr_misses,
@@ -61,6 +59,7 @@ counters!(
     store_too_large,
     store_no_memory,
     protocol_errors,
+    conn_yields,
 );
 
 #[cfg(test)]

@@ -15,18 +15,10 @@
 //! The table holds at most `server.detail_prefixes_max` prefixes; keys of further prefixes
 //! are not counted (memcached's table grows without bound).
 
+use cellcache_proto::{PrefixCounts, lines, write_detail_prefix};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-
-/// One prefix's counts.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-struct PrefixCounts {
-    get: u64,
-    hit: u64,
-    set: u64,
-    del: u64,
-}
 
 #[derive(Default)]
 struct Table {
@@ -41,6 +33,7 @@ pub struct Detail {
     enabled: AtomicBool,
     delimiter: u8,
     prefixes_max: usize,
+    /// Lock order: a leaf lock, see `cluster::Cluster`.
     table: Mutex<Table>,
 }
 
@@ -111,18 +104,10 @@ impl Detail {
     /// memcached's `stats detail dump`: one `PREFIX` line per prefix, then `END`.
     pub fn dump(&self, out: &mut Vec<u8>) {
         let t = self.table.lock();
-        for (prefix, c) in &t.order {
-            out.extend_from_slice(b"PREFIX ");
-            out.extend_from_slice(prefix);
-            out.extend_from_slice(
-                format!(
-                    " get {} hit {} set {} del {}\r\n",
-                    c.get, c.hit, c.set, c.del
-                )
-                .as_bytes(),
-            );
+        for (prefix, counts) in &t.order {
+            write_detail_prefix(out, prefix, *counts);
         }
-        out.extend_from_slice(b"END\r\n");
+        out.extend_from_slice(lines::END);
     }
 
     /// `stats reset` forgets every prefix, as memcached's does.

@@ -9,7 +9,8 @@
 //! Architecture invariant: the node is the only crate that reads the clock; it passes
 //! `now` into the store once per batch of input.
 
-pub mod binary;
+#![forbid(unsafe_code)]
+
 pub mod cell;
 pub mod cluster;
 pub mod config;
@@ -20,6 +21,7 @@ pub mod detail;
 pub mod local;
 pub mod memory;
 pub mod meta;
+pub mod outcome;
 pub mod stats;
 
 use anyhow::Context;
@@ -32,12 +34,22 @@ use std::sync::Arc;
 /// A running cell.
 pub struct Node {
     pub cell: Arc<Cell>,
+    /// The cell's ring membership (empty for a standalone or standby cell).
+    pub ring: Arc<cluster::Slot>,
     engine: RunningEngine,
 }
 
 impl Node {
     /// Allocates the store, binds the listener and starts the engine's threads.
     pub fn start(mut config: NodeConfig, shutdown: Shutdown) -> anyhow::Result<Node> {
+        if let Some(asked) = config.raise_memory_to_minimum() {
+            tracing::warn!(
+                asked_bytes = asked,
+                using_bytes = config.store.memory_limit_bytes,
+                "memory limit below the store's minimum (two slabs and the index per shard); \
+                 using the minimum"
+            );
+        }
         config.validate()?;
         memory::check_fits(config.store.memory_limit_bytes)?;
         let limits = config.protocol_limits();
@@ -77,14 +89,22 @@ impl Node {
         let engine_config = config.io.clone();
         let cell = Arc::new(Cell::new(config, store, limits, shutdown.clone()));
         // The ring first: the client port opens once this cell knows what it owns.
-        if cell.config.cluster.enabled && cell.config.cluster.standby {
+        let ring = if cell.config.cluster.enabled && cell.config.cluster.standby {
             tracing::info!("standby: waiting for `ctl split` to bring this cell into a ring");
-            *cell.standby_repl.lock() = Some(repl);
-        } else if cell.config.cluster.enabled {
-            let join = cell.config.cluster.join.clone();
-            cluster::Cluster::start(cell.clone(), repl, &join, None).context("joining the ring")?;
-        }
-        let service = Arc::new(conn::ClientService { cell: cell.clone() });
+            Arc::new(cluster::Slot::standby(repl))
+        } else {
+            let ring = Arc::new(cluster::Slot::default());
+            if cell.config.cluster.enabled {
+                let join = cell.config.cluster.join.clone();
+                cluster::Cluster::start(cell.clone(), repl, &join, None, &ring)
+                    .context("joining the ring")?;
+            }
+            ring
+        };
+        let service = Arc::new(conn::ClientService {
+            cell: cell.clone(),
+            ring: ring.clone(),
+        });
         let engine = cellcache_io::start(
             cell.config.server.io_engine,
             &addrs,
@@ -96,7 +116,7 @@ impl Node {
         cell.conns.set_listeners(&engine.listeners);
         let _ = cell.engine_stats.set(engine.stats.clone());
         let _ = cell.engine.set(engine.engine);
-        Ok(Node { cell, engine })
+        Ok(Node { cell, ring, engine })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -108,15 +128,12 @@ impl Node {
     /// a cell promptly in every state; its peers treat what it left undone as after a crash).
     pub fn join(self) {
         self.engine.join();
-        if let Some(cluster) = self.cell.cluster.get() {
+        if let Some(cluster) = self.ring.cluster.get() {
             let work = cluster.in_progress();
             if !work.is_empty() {
                 tracing::warn!("stopped while {}: abandoned", work.join("; "));
             }
         }
-        let runtime = self.cell.cluster_runtime.lock().take();
-        if let Some(rt) = runtime {
-            rt.shutdown_timeout(std::time::Duration::from_millis(500));
-        }
+        self.ring.stop();
     }
 }

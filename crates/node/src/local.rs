@@ -9,10 +9,13 @@
 use crate::cell::{Cell, VERSION};
 use crate::counters::LocalCounters;
 use crate::detail::DetailOp;
-use cellcache_proto::{ArithmeticOp, Request, Retrieve, Store as StoreCmd, StoreMode};
+use crate::outcome::{appended_too_large_is_not_stored, cas_out, store_compare, store_error_line};
+use cellcache_proto::{
+    ArithmeticOp, Request, Response, Retrieve, Store as StoreCmd, StoreMode, lines,
+};
 use cellcache_store::{
-    ArithOutcome, ArithRequest, DeleteOptions, DeleteOutcome, Expiry, ReadOptions, StoreError,
-    WriteMode, WriteOutcome, WriteRequest,
+    ArithOutcome, ArithRequest, DeleteOptions, DeleteOutcome, Expiry, ReadOptions, WriteMode,
+    WriteOutcome, WriteRequest,
 };
 
 /// What the connection does after a request.
@@ -39,11 +42,11 @@ pub fn execute(
             let reply: &[u8] = match cell.store.delete(key, now, DeleteOptions::default()) {
                 DeleteOutcome::Deleted => {
                     counters.delete_hits += 1;
-                    b"DELETED\r\n"
+                    lines::DELETED
                 }
                 DeleteOutcome::NotFound | DeleteOutcome::Exists => {
                     counters.delete_misses += 1;
-                    b"NOT_FOUND\r\n"
+                    lines::NOT_FOUND
                 }
             };
             reply_unless(*noreply, out, reply);
@@ -72,9 +75,9 @@ pub fn execute(
                 *noreply,
                 out,
                 if hit {
-                    b"TOUCHED\r\n"
+                    lines::TOUCHED
                 } else {
-                    b"NOT_FOUND\r\n"
+                    lines::NOT_FOUND
                 },
             );
         }
@@ -82,24 +85,22 @@ pub fn execute(
             if flush_allowed(cell, *noreply, out) {
                 counters.cmd_flush += 1;
                 cell.store.flush_all(now, flush_delay_secs(*delay, now));
-                reply_unless(*noreply, out, b"OK\r\n");
+                reply_unless(*noreply, out, lines::OK);
             }
         }
         Request::Version => {
-            out.extend_from_slice(b"VERSION ");
-            out.extend_from_slice(VERSION.as_bytes());
-            out.extend_from_slice(b"\r\n");
+            Response::Version(VERSION.as_bytes()).encode(out);
         }
         Request::Verbosity { level, noreply } => {
             cell.verbosity
                 .store(*level, std::sync::atomic::Ordering::Relaxed);
-            reply_unless(*noreply, out, b"OK\r\n");
+            reply_unless(*noreply, out, lines::OK);
         }
         Request::Stats(group) => crate::stats::reply(cell, group, now, out),
         Request::Quit => return Flow::Close,
         Request::Shutdown { .. } => {
             if !cell.config.server.shutdown_command {
-                out.extend_from_slice(b"ERROR: shutdown not enabled\r\n");
+                out.extend_from_slice(lines::ERROR_SHUTDOWN_DISABLED);
                 return Flow::Continue;
             }
             tracing::info!("shutdown command received: stopping the cell");
@@ -110,21 +111,15 @@ pub fn execute(
             out.extend_from_slice(admin_reply(cell, admin));
         }
         Request::CacheMemlimit { megabytes, noreply } if *megabytes < CACHE_MEMLIMIT_MIN_MB => {
-            reply_unless(
-                *noreply,
-                out,
-                b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n",
-            );
+            reply_unless(*noreply, out, lines::MEMLIMIT_TOO_SMALL);
         }
         Request::CacheMemlimit { megabytes, noreply } => {
             let reply: &[u8] = match cell
                 .store
                 .set_memory_limit((*megabytes as usize).saturating_mul(1 << 20), now)
             {
-                Ok(()) => b"OK\r\n",
-                Err(_) => {
-                    b"CLIENT_ERROR cannot grow a preallocated arena past memory_limit_bytes\r\n"
-                }
+                Ok(()) => lines::OK,
+                Err(_) => lines::CLIENT_ERROR_MEMLIMIT_ABOVE_ARENA,
             };
             reply_unless(*noreply, out, reply);
         }
@@ -147,20 +142,20 @@ fn admin_reply(cell: &Cell, admin: &cellcache_proto::Admin) -> &'static [u8] {
     use cellcache_proto::Admin;
     match admin {
         // A setting of memcached's slab mover; there are no classes to move pages between.
-        Admin::SlabsAutomove(_) => b"OK\r\n",
+        Admin::SlabsAutomove(_) => lines::OK,
         Admin::SlabsReassign {
             source,
             destination,
-        } if source == destination => b"SAME src and dst class are identical\r\n",
+        } if source == destination => lines::SLABS_REASSIGN_SAME,
         // Class 1 is the only one, so any reassignment names a class that does not exist.
-        Admin::SlabsReassign { .. } => b"BADCLASS invalid src or dst class id\r\n",
-        Admin::LruCrawlerRun => b"CLIENT_ERROR lru crawler disabled\r\n",
-        Admin::LruCrawlerEnable => b"ERROR failed to start lru crawler thread\r\n",
-        Admin::LruCrawlerDisable | Admin::LruCrawlerSetting => b"OK\r\n",
+        Admin::SlabsReassign { .. } => lines::SLABS_REASSIGN_BAD_CLASS,
+        Admin::LruCrawlerRun => lines::CLIENT_ERROR_LRU_CRAWLER_DISABLED,
+        Admin::LruCrawlerEnable => lines::ERROR_LRU_CRAWLER_THREAD,
+        Admin::LruCrawlerDisable | Admin::LruCrawlerSetting => lines::OK,
         Admin::ShutdownInvalidMode if cell.config.server.shutdown_command => {
-            b"CLIENT_ERROR invalid shutdown mode\r\n"
+            lines::CLIENT_ERROR_INVALID_SHUTDOWN_MODE
         }
-        Admin::ShutdownInvalidMode => b"ERROR: shutdown not enabled\r\n",
+        Admin::ShutdownInvalidMode => lines::ERROR_SHUTDOWN_DISABLED,
     }
 }
 
@@ -178,46 +173,8 @@ pub(crate) fn flush_allowed(cell: &Cell, noreply: bool, out: &mut Vec<u8>) -> bo
     if cell.config.server.flush_enabled {
         return true;
     }
-    reply_unless(noreply, out, b"CLIENT_ERROR flush_all not allowed\r\n");
+    reply_unless(noreply, out, lines::CLIENT_ERROR_FLUSH_DISABLED);
     false
-}
-
-/// A CAS that no item has: the store hands out CAS values from 1 upwards, and under `-C`
-/// clients cannot choose one (`E` is refused or ignored).
-const CAS_NEVER_MATCHES: u64 = u64::MAX;
-
-/// memcached `-C` (`store.cas_enabled = false`) keeps no CAS: every CAS a client sees is 0.
-pub(crate) fn cas_out(cell: &Cell, cas: u64) -> u64 {
-    if cell.store.config().cas_enabled {
-        cas
-    } else {
-        0
-    }
-}
-
-/// The compare of a storage command (`cas`, `ms C`). Under `-C` memcached's storage path
-/// never matches: `EXISTS`/`EX` when the item exists, `NOT_FOUND`/`NF` otherwise.
-pub(crate) fn store_compare(cell: &Cell, compare: Option<u64>) -> Option<u64> {
-    if cell.store.config().cas_enabled {
-        compare
-    } else {
-        compare.map(|_| CAS_NEVER_MATCHES)
-    }
-}
-
-/// The compare of `md C` / `ma C`. Under `-C` memcached compares with the item's CAS of 0:
-/// `C0` matches any item, any other value none.
-pub(crate) fn zero_compare(cell: &Cell, compare: Option<u64>) -> Option<u64> {
-    if cell.store.config().cas_enabled {
-        compare
-    } else {
-        compare.and_then(|c| (c != 0).then_some(CAS_NEVER_MATCHES))
-    }
-}
-
-/// A client-chosen CAS (`E`); dropped under `-C`, where items carry none.
-pub(crate) fn new_cas(cell: &Cell, explicit: Option<u64>) -> Option<u64> {
-    explicit.filter(|_| cell.store.config().cas_enabled)
 }
 
 /// memcached's `flush_all` argument: seconds from now, or an absolute unix time when
@@ -271,7 +228,7 @@ fn retrieve(
             }
         }
     }
-    out.extend_from_slice(b"END\r\n");
+    out.extend_from_slice(lines::END);
 }
 
 fn store(cell: &Cell, s: &StoreCmd<'_>, now: u32, out: &mut Vec<u8>, counters: &mut LocalCounters) {
@@ -300,53 +257,20 @@ fn store(cell: &Cell, s: &StoreCmd<'_>, now: u32, out: &mut Vec<u8>, counters: &
             if compare_cas.is_some() {
                 counters.cas_hits += 1;
             }
-            b"STORED\r\n"
+            lines::STORED
         }
-        Ok(WriteOutcome::NotStored) => b"NOT_STORED\r\n",
+        Ok(WriteOutcome::NotStored) => lines::NOT_STORED,
         Ok(WriteOutcome::Exists) => {
             counters.cas_badval += 1;
-            b"EXISTS\r\n"
+            lines::EXISTS
         }
         Ok(WriteOutcome::NotFound) => {
             counters.cas_misses += 1;
-            b"NOT_FOUND\r\n"
+            lines::NOT_FOUND
         }
         Err(e) => store_error_line(e, counters),
     };
     reply_unless(s.noreply, out, reply);
-}
-
-/// memcached answers an append/prepend whose result would be too large `NOT_STORED` (its
-/// allocation of the combined item fails inside the store step), not `SERVER_ERROR`; the
-/// existing item stays.
-pub(crate) fn appended_too_large_is_not_stored(
-    result: Result<WriteOutcome, StoreError>,
-    mode: WriteMode,
-) -> Result<WriteOutcome, StoreError> {
-    match (result, mode) {
-        (Err(StoreError::TooLarge { .. }), WriteMode::Append | WriteMode::Prepend) => {
-            Ok(WriteOutcome::NotStored)
-        }
-        (result, _) => result,
-    }
-}
-
-/// The `SERVER_ERROR` line memcached sends for a store failure.
-pub(crate) fn store_error_line(e: StoreError, counters: &mut LocalCounters) -> &'static [u8] {
-    match e {
-        StoreError::TooLarge { .. } => {
-            counters.store_too_large += 1;
-            b"SERVER_ERROR object too large for cache\r\n"
-        }
-        StoreError::OutOfMemory => {
-            counters.store_no_memory += 1;
-            b"SERVER_ERROR out of memory storing object\r\n"
-        }
-        StoreError::KeyLength(_) => b"CLIENT_ERROR bad command line format\r\n",
-        StoreError::NonNumeric => {
-            b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"
-        }
-    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -372,13 +296,12 @@ fn arithmetic(
         Ok(ArithOutcome::Value { value, .. }) => {
             *hits += 1;
             if !noreply {
-                out.extend_from_slice(value.to_string().as_bytes());
-                out.extend_from_slice(b"\r\n");
+                Response::Number(value).encode(out);
             }
         }
         Ok(ArithOutcome::NotFound | ArithOutcome::Exists) => {
             *misses += 1;
-            reply_unless(noreply, out, b"NOT_FOUND\r\n");
+            reply_unless(noreply, out, lines::NOT_FOUND);
         }
         Err(e) => {
             let line = store_error_line(e, counters);

@@ -9,7 +9,8 @@ use crate::counters::LocalCounters;
 use cellcache_proto::meta::BinaryKeyBuf;
 use cellcache_proto::{
     ArithmeticMode, MetaArithmeticFlags, MetaDeleteFlags, MetaGetFlags, MetaKey, MetaReplyFlags,
-    MetaSetFlags, MetaStatus, Request, ReturnFlag, ReturnFlags, SetMode, write_meta_header,
+    MetaSetFlags, MetaStatus, Request, Response, ReturnFlag, ReturnFlags, SetMode, lines,
+    write_meta_header, write_value_end,
 };
 use cellcache_store::{
     ArithOutcome, ArithRequest, DeleteOptions, DeleteOutcome, Expiry, ItemView, ReadOptions,
@@ -31,7 +32,7 @@ pub fn execute(
         }
         Request::MetaDelete { key, flags } => meta_delete(cell, key, flags, now, out, counters),
         Request::MetaArithmetic { key, flags } => meta_arith(cell, key, flags, now, out, counters),
-        Request::MetaNoop => out.extend_from_slice(b"MN\r\n"),
+        Request::MetaNoop => out.extend_from_slice(lines::MN),
         Request::MetaDebug { key } => meta_debug(cell, key, now, out),
         _ => {}
     }
@@ -70,7 +71,7 @@ fn item_flags<'a>(
     now: u32,
 ) -> MetaReplyFlags<'a> {
     MetaReplyFlags {
-        cas: Some(crate::local::cas_out(cell, item.cas)),
+        cas: Some(crate::outcome::cas_out(cell, item.cas)),
         client_flags: Some(item.flags),
         hit_before: Some(item.fetched_before),
         last_access_secs: Some(u64::from(now.saturating_sub(item.slab_last_access_secs))),
@@ -150,7 +151,7 @@ fn meta_get(
             flags: 0,
             expiry: Expiry::from_protocol(ttl, now),
             compare_cas: None,
-            new_cas: crate::local::new_cas(cell, flags.new_cas),
+            new_cas: crate::outcome::new_cas(cell, flags.new_cas),
             invalidate: false,
         };
         if cell.store.write(&req, now).is_ok() {
@@ -212,7 +213,7 @@ fn write_hit(out: &mut Vec<u8>, flags: &MetaGetFlags<'_>, f: MetaReplyFlags<'_>,
     if flags.value {
         write_meta_header(out, MetaStatus::Va, value.len(), &flags.returns, &f);
         out.extend_from_slice(value);
-        out.extend_from_slice(b"\r\n");
+        write_value_end(out);
     } else {
         write_meta_header(out, MetaStatus::Hd, 0, &flags.returns, &f);
     }
@@ -232,7 +233,7 @@ fn meta_set(
     counters.cmd_set += 1;
     if flags.new_cas.is_some() && !cell.store.config().cas_enabled {
         // memcached -C refuses ms E (there is no CAS to set).
-        out.extend_from_slice(b"CLIENT_ERROR invalid flag\r\n");
+        out.extend_from_slice(lines::CLIENT_ERROR_INVALID_FLAG);
         return;
     }
     let mode = match flags.mode {
@@ -249,7 +250,7 @@ fn meta_set(
         value,
         flags: flags.client_flags.unwrap_or(0),
         expiry,
-        compare_cas: crate::local::store_compare(cell, flags.compare_cas),
+        compare_cas: crate::outcome::store_compare(cell, flags.compare_cas),
         new_cas: flags.new_cas,
         invalidate: flags.invalidate,
     };
@@ -265,7 +266,7 @@ fn meta_set(
         };
         result = cell.store.write(&create, now);
     }
-    let result = crate::local::appended_too_large_is_not_stored(result, mode);
+    let result = crate::outcome::appended_too_large_is_not_stored(result, mode);
     let mut f = base_flags(key, &flags.returns);
     let status = match result {
         Ok(WriteOutcome::Stored { cas }) => {
@@ -273,7 +274,7 @@ fn meta_set(
                 // memcached flags the item (ITEM_KEY_BINARY): its key is echoed in base64.
                 cell.store.mark_key_binary(k, now);
             }
-            f.cas = Some(crate::local::cas_out(cell, cas));
+            f.cas = Some(crate::outcome::cas_out(cell, cas));
             f.client_flags = Some(req.flags);
             f.ttl_secs = Some(ttl_of(expiry, now));
             MetaStatus::Hd
@@ -288,10 +289,14 @@ fn meta_set(
             MetaStatus::Nf
         }
         Err(e) => {
-            out.extend_from_slice(crate::local::store_error_line(e, counters));
+            out.extend_from_slice(crate::outcome::store_error_line(e, counters));
             return;
         }
     };
+    if status != MetaStatus::Hd {
+        // Nothing was stored: memcached returns the CAS of the item it did not store, 0.
+        f.cas = Some(0);
+    }
     status_only(b"ms", status, flags.quiet, &flags.returns, &f, out);
 }
 
@@ -311,14 +316,14 @@ fn meta_delete(
         remove_value(
             cell,
             k,
-            crate::local::zero_compare(cell, flags.compare_cas),
+            crate::outcome::zero_compare(cell, flags.compare_cas),
             now,
         )
     } else {
         let opts = DeleteOptions {
-            compare_cas: crate::local::zero_compare(cell, flags.compare_cas),
+            compare_cas: crate::outcome::zero_compare(cell, flags.compare_cas),
             invalidate: flags.invalidate,
-            new_cas: crate::local::new_cas(cell, flags.new_cas),
+            new_cas: crate::outcome::new_cas(cell, flags.new_cas),
         };
         match cell.store.delete(k, now, opts) {
             DeleteOutcome::Deleted => {
@@ -383,8 +388,8 @@ fn meta_arith(
         autovivify: flags
             .vivify_ttl
             .map(|ttl| (flags.initial_or_default(), Expiry::from_protocol(ttl, now))),
-        compare_cas: crate::local::zero_compare(cell, flags.compare_cas),
-        new_cas: crate::local::new_cas(cell, flags.new_cas),
+        compare_cas: crate::outcome::zero_compare(cell, flags.compare_cas),
+        new_cas: crate::outcome::new_cas(cell, flags.new_cas),
     };
     let mut f = base_flags(key, &flags.returns);
     let (hits, misses) = if decrement {
@@ -402,7 +407,7 @@ fn meta_arith(
             if let Some(ttl) = flags.new_ttl {
                 cell.store.touch(k, Expiry::from_protocol(ttl, now), now);
             }
-            f.cas = Some(crate::local::cas_out(cell, cas));
+            f.cas = Some(crate::outcome::cas_out(cell, cas));
             if flags.returns.contains(ReturnFlag::Ttl) {
                 f.ttl_secs = cell.store.get(k, now, |item| ttl_of(item.expiry, now));
             }
@@ -413,7 +418,7 @@ fn meta_arith(
             } else if flags.value {
                 write_meta_header(out, MetaStatus::Va, digits.len(), &flags.returns, &f);
                 out.extend_from_slice(digits.as_bytes());
-                out.extend_from_slice(b"\r\n");
+                write_value_end(out);
             } else {
                 write_meta_header(out, MetaStatus::Hd, 0, &flags.returns, &f);
             }
@@ -425,7 +430,7 @@ fn meta_arith(
         Ok(ArithOutcome::Exists) => {
             status_only(b"ma", MetaStatus::Ex, flags.quiet, &flags.returns, &f, out);
         }
-        Err(e) => out.extend_from_slice(crate::local::store_error_line(e, counters)),
+        Err(e) => out.extend_from_slice(crate::outcome::store_error_line(e, counters)),
     }
 }
 
@@ -440,12 +445,13 @@ fn meta_debug(cell: &Cell, key: &MetaKey<'_>, now: u32, out: &mut Vec<u8>) {
     let found = cell.store.read(k, now, opts, |item| {
         let mut key_buf = Vec::new();
         let (echo, _) = item_key(&item, &mut key_buf);
-        let line = format!(
-            "ME {} exp={} la={} cas={} fetch={} cls=1 size={}\r\n",
-            String::from_utf8_lossy(echo),
+        // The key as text (lossy), as this line has always been written.
+        let key = String::from_utf8_lossy(echo);
+        let info = format!(
+            "exp={} la={} cas={} fetch={} cls=1 size={}",
             ttl_of(item.expiry, now),
             now.saturating_sub(item.slab_last_access_secs),
-            crate::local::cas_out(cell, item.cas),
+            crate::outcome::cas_out(cell, item.cas),
             if item.fetched_before { "yes" } else { "no" },
             // memcached's item size (its header, key, value with `\r\n`, CAS, flags), not
             // cellcache's packed encoding: the figure `-I` limits.
@@ -456,9 +462,13 @@ fn meta_debug(cell: &Cell, key: &MetaKey<'_>, now: u32, out: &mut Vec<u8>) {
                 cell.store.config().cas_enabled
             ),
         );
-        out.extend_from_slice(line.as_bytes());
+        Response::MetaDebug {
+            key: key.as_bytes(),
+            info: info.as_bytes(),
+        }
+        .encode(out);
     });
     if found.is_none() {
-        out.extend_from_slice(b"EN\r\n");
+        out.extend_from_slice(lines::EN);
     }
 }

@@ -4,17 +4,28 @@
 //! `stats slabs` report the whole arena as class 1 (docs/protocol.md).
 
 use crate::cell::{Cell, VERSION};
-use cellcache_proto::StatsGroup;
-use std::fmt::Display;
+use cellcache_proto::{StatsGroup, lines};
 
-fn stat(out: &mut Vec<u8>, name: &str, value: impl Display) {
-    out.extend_from_slice(format!("STAT {name} {value}\r\n").as_bytes());
+/// Appends `STAT <name> <value>`.
+pub(crate) use cellcache_proto::write_stat as stat;
+
+/// Fields of a mechanism cellcache does not have: never happened, so 0.
+fn zeros(out: &mut Vec<u8>, names: &[&str]) {
+    for name in names {
+        stat(out, name, 0);
+    }
 }
 
 pub fn reply(cell: &Cell, group: &StatsGroup<'_>, now: u32, out: &mut Vec<u8>) {
     match group {
-        // `stats cell`: this cell's own figures (in a ring, `stats` is the whole ring's).
-        StatsGroup::General | StatsGroup::Other(b"cell") => general(cell, now, out),
+        StatsGroup::General => general(cell, now, out),
+        StatsGroup::Other(b"cellcache") => own(cell, out),
+        // `stats cell`: this cell's own figures, both kinds (in a ring, `stats` and `stats
+        // cellcache` are the whole ring's).
+        StatsGroup::Other(b"cell") => {
+            general(cell, now, out);
+            own(cell, out);
+        }
         StatsGroup::Settings => settings(cell, out),
         StatsGroup::Items => items(cell, out),
         StatsGroup::Slabs => slabs(cell, out),
@@ -29,7 +40,7 @@ pub fn reply(cell: &Cell, group: &StatsGroup<'_>, now: u32, out: &mut Vec<u8>) {
                 e.reset();
             }
             cell.detail.clear();
-            out.extend_from_slice(b"RESET\r\n");
+            out.extend_from_slice(lines::RESET);
             return;
         }
         StatsGroup::Other(args) if args.starts_with(b"detail") => {
@@ -41,13 +52,120 @@ pub fn reply(cell: &Cell, group: &StatsGroup<'_>, now: u32, out: &mut Vec<u8>) {
             return;
         }
         StatsGroup::Other(_) => {
-            out.extend_from_slice(b"ERROR\r\n");
+            out.extend_from_slice(lines::ERROR);
             return;
         }
     }
-    out.extend_from_slice(b"END\r\n");
+    out.extend_from_slice(lines::END);
 }
 
+/// The names of memcached 1.6's `stats`, in its order, as one started without the LRU
+/// crawler and maintainer (`-o no_lru_crawler,no_lru_maintainer`) answers them: cellcache has
+/// neither, nor memcached's segmented LRU, so the fields of those are absent here as there.
+/// `stats` gives exactly these; cellcache's own figures are in `stats cellcache`.
+pub const MEMCACHED_GENERAL: &[&str] = &[
+    "pid",
+    "uptime",
+    "time",
+    "version",
+    "libevent",
+    "pointer_size",
+    "rusage_user",
+    "rusage_system",
+    "max_connections",
+    "curr_connections",
+    "total_connections",
+    "rejected_connections",
+    "connection_structures",
+    "response_obj_oom",
+    "response_obj_count",
+    "response_obj_bytes",
+    "read_buf_count",
+    "read_buf_bytes",
+    "read_buf_bytes_free",
+    "read_buf_oom",
+    "reserved_fds",
+    "cmd_get",
+    "cmd_set",
+    "cmd_flush",
+    "cmd_touch",
+    "cmd_meta",
+    "get_hits",
+    "get_misses",
+    "get_expired",
+    "get_flushed",
+    "delete_misses",
+    "delete_hits",
+    "incr_misses",
+    "incr_hits",
+    "decr_misses",
+    "decr_hits",
+    "cas_misses",
+    "cas_hits",
+    "cas_badval",
+    "touch_hits",
+    "touch_misses",
+    "store_too_large",
+    "store_no_memory",
+    "auth_cmds",
+    "auth_errors",
+    "bytes_read",
+    "bytes_written",
+    "limit_maxbytes",
+    "accepting_conns",
+    "listen_disabled_num",
+    "time_in_listen_disabled_us",
+    "threads",
+    "conn_yields",
+    "hash_power_level",
+    "hash_bytes",
+    "hash_is_expanding",
+    "slab_reassign_rescues",
+    "slab_reassign_chunk_rescues",
+    "slab_reassign_evictions_nomem",
+    "slab_reassign_inline_reclaim",
+    "slab_reassign_busy_items",
+    "slab_reassign_busy_deletes",
+    "slab_reassign_running",
+    "slabs_moved",
+    "malloc_fails",
+    "log_worker_dropped",
+    "log_worker_written",
+    "log_watcher_skipped",
+    "log_watcher_sent",
+    "log_watchers",
+    "unexpected_napi_ids",
+    "round_robin_fallback",
+    "bytes",
+    "curr_items",
+    "total_items",
+    "slab_global_page_pool",
+    "expired_unfetched",
+    "evicted_unfetched",
+    "evictions",
+    "reclaimed",
+    "crawler_reclaimed",
+    "crawler_items_checked",
+    "lrutail_reflocked",
+];
+
+/// memcached's field between `auth_errors` and `bytes_read` when an idle timeout is set
+/// (`-o idle_timeout`): connections closed for idling.
+pub const IDLE_KICKS: &str = "idle_kicks";
+
+/// Whether `name` is one of memcached's general `stats` fields.
+pub fn is_memcached_general(name: &str) -> bool {
+    name == IDLE_KICKS || MEMCACHED_GENERAL.contains(&name)
+}
+
+/// CPU time as memcached prints it (`seconds.microseconds`).
+fn cpu_secs(t: nix::sys::time::TimeVal) -> String {
+    format!("{}.{:06}", t.tv_sec(), t.tv_usec())
+}
+
+/// `stats`: memcached's fields ([`MEMCACHED_GENERAL`]), each with cellcache's value of the
+/// same thing. Where cellcache has no such mechanism the value is what memcached reports when
+/// the event never happened (docs/protocol.md, "stats" lists each one).
 fn general(cell: &Cell, now: u32, out: &mut Vec<u8>) {
     let c = cell.counters.snapshot();
     let s = cell.store.stats();
@@ -56,24 +174,50 @@ fn general(cell: &Cell, now: u32, out: &mut Vec<u8>) {
         .get()
         .map(|e| e.snapshot())
         .unwrap_or_default();
+    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF).ok();
+    let engine = cell
+        .engine
+        .get()
+        .map_or_else(|| "none".to_string(), |k| format!("{k:?}").to_lowercase());
     stat(out, "pid", std::process::id());
     stat(out, "uptime", cell.uptime_secs());
     stat(out, "time", now);
     stat(out, "version", VERSION);
+    // No libevent: the I/O engine in its place.
+    stat(out, "libevent", engine);
     stat(out, "pointer_size", usize::BITS);
+    stat(
+        out,
+        "rusage_user",
+        usage.map_or_else(|| "0.000000".into(), |u| cpu_secs(u.user_time())),
+    );
+    stat(
+        out,
+        "rusage_system",
+        usage.map_or_else(|| "0.000000".into(), |u| cpu_secs(u.system_time())),
+    );
     stat(out, "max_connections", cell.config.io.max_connections);
     stat(out, "curr_connections", e.curr_connections);
     stat(out, "total_connections", e.total_connections);
     stat(out, "rejected_connections", e.rejected_connections);
-    // cellcache never stops listening at the connection limit (it answers the extra
-    // connection with an error and closes it), so these read as memcached's when it did not.
-    stat(out, "listen_disabled_num", 0);
-    stat(out, "time_in_listen_disabled_us", 0);
-    stat(
+    // One connection state per open connection, freed when it closes.
+    stat(out, "connection_structures", e.curr_connections);
+    // memcached's response objects and read-buffer cache: cellcache has neither (each
+    // connection owns its buffers), so none are counted.
+    zeros(
         out,
-        "accepting_conns",
-        u8::from(!cell.shutdown.is_triggered()),
+        &[
+            "response_obj_oom",
+            "response_obj_count",
+            "response_obj_bytes",
+            "read_buf_count",
+            "read_buf_bytes",
+            "read_buf_bytes_free",
+            "read_buf_oom",
+        ],
     );
+    // No descriptors are held back from the -c client connections.
+    stat(out, "reserved_fds", 0);
     stat(out, "cmd_get", c.cmd_get);
     stat(out, "cmd_set", c.cmd_set);
     stat(out, "cmd_flush", c.cmd_flush);
@@ -81,8 +225,9 @@ fn general(cell: &Cell, now: u32, out: &mut Vec<u8>) {
     stat(out, "cmd_meta", c.cmd_meta);
     stat(out, "get_hits", c.get_hits);
     stat(out, "get_misses", c.get_misses);
-    stat(out, "get_expired", c.get_expired);
-    stat(out, "get_flushed", c.get_flushed);
+    stat(out, "get_expired", s.get_expired);
+    // flush_all drops every item at once, so no fetch ever finds a flushed item.
+    stat(out, "get_flushed", 0);
     stat(out, "delete_misses", c.delete_misses);
     stat(out, "delete_hits", c.delete_hits);
     stat(out, "incr_misses", c.incr_misses);
@@ -96,20 +241,86 @@ fn general(cell: &Cell, now: u32, out: &mut Vec<u8>) {
     stat(out, "touch_misses", c.touch_misses);
     stat(out, "store_too_large", c.store_too_large);
     stat(out, "store_no_memory", c.store_no_memory);
+    // No SASL.
+    stat(out, "auth_cmds", 0);
+    stat(out, "auth_errors", 0);
+    if cell.config.io.idle_timeout_secs > 0 {
+        // As memcached: only with an idle timeout.
+        stat(out, IDLE_KICKS, e.idle_kicks);
+    }
     stat(out, "bytes_read", e.bytes_read);
     stat(out, "bytes_written", e.bytes_written);
     stat(out, "limit_maxbytes", s.memory_limit_bytes);
+    stat(
+        out,
+        "accepting_conns",
+        u8::from(!cell.shutdown.is_triggered()),
+    );
+    // cellcache never stops listening at the connection limit (it answers the extra
+    // connection with an error and closes it), so these read as memcached's when it did not.
+    stat(out, "listen_disabled_num", 0);
+    stat(out, "time_in_listen_disabled_us", 0);
     stat(out, "threads", cell.config.io.worker_threads());
+    stat(out, "conn_yields", c.conn_yields);
+    // The index: its slots as a power of two, its bytes; it never grows (sized at start).
+    stat(
+        out,
+        "hash_power_level",
+        s.index_slots.max(1).next_power_of_two().trailing_zeros(),
+    );
+    stat(out, "hash_bytes", s.index_bytes);
+    stat(out, "hash_is_expanding", 0);
+    // Slabs hold items of every size, so no slab is ever moved between classes.
+    zeros(
+        out,
+        &[
+            "slab_reassign_rescues",
+            "slab_reassign_chunk_rescues",
+            "slab_reassign_evictions_nomem",
+            "slab_reassign_inline_reclaim",
+            "slab_reassign_busy_items",
+            "slab_reassign_busy_deletes",
+            "slab_reassign_running",
+            "slabs_moved",
+        ],
+    );
+    // The store is allocated once, at start.
+    stat(out, "malloc_fails", 0);
+    // No `watch` log stream; no NAPI-id thread assignment.
+    zeros(
+        out,
+        &[
+            "log_worker_dropped",
+            "log_worker_written",
+            "log_watcher_skipped",
+            "log_watcher_sent",
+            "log_watchers",
+            "unexpected_napi_ids",
+            "round_robin_fallback",
+        ],
+    );
     stat(out, "bytes", s.bytes);
     stat(out, "curr_items", s.curr_items);
     stat(out, "total_items", s.total_items);
+    // memcached's global pool of free pages: cellcache's free slabs.
+    stat(out, "slab_global_page_pool", s.slabs_free);
     stat(out, "expired_unfetched", s.expired_unfetched);
     stat(out, "evicted_unfetched", s.evicted_unfetched);
     stat(out, "evictions", s.evicted_items);
     stat(out, "reclaimed", s.reclaimed);
-    // cellcache's own
+    // No LRU crawler (expired items are reclaimed when found or when their slab is cleared,
+    // counted in `reclaimed`); no reference counts on items.
+    stat(out, "crawler_reclaimed", 0);
+    stat(out, "crawler_items_checked", 0);
+    stat(out, "lrutail_reflocked", 0);
+}
+
+/// `stats cellcache`: cellcache's own figures — the store's arena and index, and the
+/// ring's when the cell is in one.
+fn own(cell: &Cell, out: &mut Vec<u8>) {
+    let c = cell.counters.snapshot();
+    let s = cell.store.stats();
     stat(out, "protocol_errors", c.protocol_errors);
-    stat(out, "idle_kicks", e.idle_kicks);
     stat(out, "slabs_evicted", s.evicted_slabs);
     stat(out, "dead_bytes", s.dead_bytes);
     stat(out, "compactions", s.compactions);
@@ -122,67 +333,8 @@ fn general(cell: &Cell, now: u32, out: &mut Vec<u8>) {
     stat(out, "slabs_partial", s.slabs_partial);
     stat(out, "slabs_full", s.slabs_full);
     stat(out, "store_shards", s.shards);
-    if let Some(cl) = cell.cluster.get() {
-        use std::sync::atomic::Ordering::Relaxed;
-        stat(out, "cluster_cell", &cl.me);
-        stat(out, "cluster_epoch", cl.epoch());
-        stat(
-            out,
-            "cluster_maps_installed",
-            cl.stats.maps_installed.load(Relaxed),
-        );
-        stat(out, "cluster_forwarded", cl.stats.forwarded.load(Relaxed));
-        stat(
-            out,
-            "cluster_suspicions_refuted",
-            cl.stats.suspicions_refuted.load(Relaxed),
-        );
-        stat(
-            out,
-            "cluster_forward_refused",
-            cl.stats.refused.load(Relaxed),
-        );
-        stat(
-            out,
-            "cluster_unavailable",
-            cl.stats.unavailable.load(Relaxed),
-        );
-        stat(
-            out,
-            "cluster_replicate_refused",
-            cl.stats.replicate_refused.load(Relaxed),
-        );
-        stat(
-            out,
-            "cluster_handoff_streams",
-            cl.stats.handoff_streams.load(Relaxed),
-        );
-        stat(
-            out,
-            "cluster_resync_streams",
-            cl.stats.resync_streams.load(Relaxed),
-        );
-        stat(
-            out,
-            "cluster_values_rebuilt",
-            cl.stats.values_rebuilt.load(Relaxed),
-        );
-        stat(out, "cluster_flushes", cl.stats.flushes.load(Relaxed));
-        stat(
-            out,
-            "cluster_flushes_applied",
-            cl.stats.flushes_applied.load(Relaxed),
-        );
-        stat(
-            out,
-            "cluster_replication_bytes_sent",
-            cl.repl.bytes_sent.load(Relaxed),
-        );
-        stat(
-            out,
-            "cluster_unreplicated_acks",
-            cl.repl.unreplicated_acks.load(Relaxed),
-        );
+    if let Some(ring) = cell.ring_figures.get() {
+        ring.write_stats(out);
     }
 }
 
@@ -293,20 +445,20 @@ fn words(args: &[u8]) -> impl Iterator<Item = &[u8]> {
 fn detail(cell: &Cell, args: &[u8], out: &mut Vec<u8>) {
     let mut w = words(args);
     if w.next() != Some(&b"detail"[..]) {
-        out.extend_from_slice(b"ERROR\r\n");
+        out.extend_from_slice(lines::ERROR);
         return;
     }
     match w.next() {
         Some(b"on") => {
             cell.detail.set_enabled(true);
-            out.extend_from_slice(b"OK\r\n");
+            out.extend_from_slice(lines::OK);
         }
         Some(b"off") => {
             cell.detail.set_enabled(false);
-            out.extend_from_slice(b"OK\r\n");
+            out.extend_from_slice(lines::OK);
         }
         Some(b"dump") => cell.detail.dump(out),
-        _ => out.extend_from_slice(b"CLIENT_ERROR usage: stats detail on|off|dump\r\n"),
+        _ => out.extend_from_slice(lines::CLIENT_ERROR_STATS_DETAIL_USAGE),
     }
 }
 
@@ -323,20 +475,20 @@ const CACHEDUMP_BYTES_MAX: usize = 2 << 20;
 fn cachedump(cell: &Cell, args: &[u8], now: u32, out: &mut Vec<u8>) {
     let mut w = words(args);
     if w.next() != Some(&b"cachedump"[..]) {
-        out.extend_from_slice(b"ERROR\r\n");
+        out.extend_from_slice(lines::ERROR);
         return;
     }
     let (Some(class), Some(limit)) = (w.next(), w.next()) else {
-        out.extend_from_slice(b"CLIENT_ERROR bad command line\r\n");
+        out.extend_from_slice(lines::CLIENT_ERROR_BAD_COMMAND_LINE);
         return;
     };
     let number = |t: &[u8]| std::str::from_utf8(t).ok()?.parse::<u32>().ok();
     let (Some(class), Some(limit)) = (number(class), number(limit)) else {
-        out.extend_from_slice(b"CLIENT_ERROR bad command line format\r\n");
+        out.extend_from_slice(lines::CLIENT_ERROR_BAD_COMMAND_LINE_FORMAT);
         return;
     };
     if class >= SLAB_CLASS_IDS {
-        out.extend_from_slice(b"CLIENT_ERROR Illegal slab id\r\n");
+        out.extend_from_slice(lines::CLIENT_ERROR_ILLEGAL_SLAB_ID);
         return;
     }
     if class == 1 {
@@ -361,15 +513,58 @@ fn cachedump(cell: &Cell, args: &[u8], now: u32, out: &mut Vec<u8>) {
                         return;
                     }
                     shown += 1;
-                    out.extend_from_slice(b"ITEM ");
-                    out.extend_from_slice(item.key);
                     // Never expiring is 0 in memcached's dump, as in the store.
                     let exptime = item.expiry.as_unix_secs();
-                    out.extend_from_slice(
-                        format!(" [{} b; {} s]\r\n", item.value.len(), exptime).as_bytes(),
+                    cellcache_proto::write_cachedump_item(
+                        out,
+                        item.key,
+                        item.value.len() as u64,
+                        u64::from(exptime),
                     );
                 });
         }
     }
-    out.extend_from_slice(b"END\r\n");
+    out.extend_from_slice(lines::END);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::NodeConfig;
+
+    fn cell() -> Cell {
+        let mut config = NodeConfig::default();
+        config.store.memory_limit_bytes = 8 << 20;
+        let store = cellcache_store::Store::new(config.store.clone()).unwrap();
+        let limits = config.protocol_limits();
+        Cell::new(config, store, limits, cellcache_io::Shutdown::new())
+    }
+
+    fn names(reply: &[u8]) -> Vec<String> {
+        std::str::from_utf8(reply)
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.strip_prefix("STAT "))
+            .map(|l| l.split(' ').next().unwrap().to_string())
+            .collect()
+    }
+
+    /// `stats` is memcached's list, in its order (memcached's own t/stats.t counts it);
+    /// `stats cellcache` has none of those; `stats cell` is both.
+    #[test]
+    fn stats_has_memcacheds_fields_and_cellcache_its_own() {
+        let cell = cell();
+        let mut general_reply = Vec::new();
+        reply(&cell, &StatsGroup::General, 0, &mut general_reply);
+        assert_eq!(names(&general_reply), MEMCACHED_GENERAL);
+        assert!(general_reply.ends_with(b"END\r\n"));
+        let mut own_reply = Vec::new();
+        reply(&cell, &StatsGroup::Other(b"cellcache"), 0, &mut own_reply);
+        let own = names(&own_reply);
+        assert!(own.contains(&"arena_bytes".to_string()), "{own:?}");
+        assert!(own.iter().all(|n| !is_memcached_general(n)));
+        let mut both = Vec::new();
+        reply(&cell, &StatsGroup::Other(b"cell"), 0, &mut both);
+        assert_eq!(names(&both).len(), MEMCACHED_GENERAL.len() + own.len());
+    }
 }

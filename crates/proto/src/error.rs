@@ -23,22 +23,42 @@ pub enum ErrorReply {
 }
 
 impl ErrorReply {
-    /// Appends the full error line, `\r\n` included.
-    pub fn encode(&self, out: &mut Vec<u8>) {
+    /// The full error line, `\r\n` included.
+    pub const fn line(&self) -> &'static [u8] {
         match self {
-            ErrorReply::Error => out.extend_from_slice(b"ERROR\r\n"),
-            ErrorReply::Client(e) => {
-                out.extend_from_slice(b"CLIENT_ERROR ");
-                out.extend_from_slice(e.message().as_bytes());
-                out.extend_from_slice(b"\r\n");
-            }
-            ErrorReply::Server(e) => {
-                out.extend_from_slice(b"SERVER_ERROR ");
-                out.extend_from_slice(e.message().as_bytes());
-                out.extend_from_slice(b"\r\n");
-            }
+            ErrorReply::Error => crate::lines::ERROR,
+            ErrorReply::Client(e) => e.line(),
+            ErrorReply::Server(e) => e.line(),
         }
     }
+
+    /// Appends the full error line, `\r\n` included.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(self.line());
+    }
+}
+
+/// Writes `message()` (the text after the keyword) and `line()` (the whole line,
+/// `\r\n` included) of an error enum from one literal per variant, so each
+/// error's wording is written once.
+macro_rules! error_texts {
+    ($type:ident, $keyword:literal, { $($variant:ident => $text:literal,)* }) => {
+        impl $type {
+            #[doc = concat!("The text after `", $keyword, "`.")]
+            pub const fn message(&self) -> &'static str {
+                match self {
+                    $($type::$variant => $text,)*
+                }
+            }
+
+            /// The whole error line, `\r\n` included.
+            pub const fn line(&self) -> &'static [u8] {
+                match self {
+                    $($type::$variant => concat!($keyword, $text, "\r\n").as_bytes(),)*
+                }
+            }
+        }
+    };
 }
 
 /// Every `CLIENT_ERROR` the parser produces. Messages are memcached 1.6's
@@ -82,32 +102,25 @@ pub enum ClientError {
     KeyDecode,
 }
 
-impl ClientError {
-    /// The text after `CLIENT_ERROR `.
-    pub const fn message(&self) -> &'static str {
-        match self {
-            ClientError::BadCommandLineFormat => "bad command line format",
-            ClientError::BadDeleteFormat => {
-                "bad command line format.  Usage: delete <key> [noreply]"
-            }
-            ClientError::BadDataChunk => "bad data chunk",
-            ClientError::InvalidDelta => "invalid numeric delta argument",
-            ClientError::InvalidExptime => "invalid exptime argument",
-            ClientError::LineTooLong => "line too long",
-            ClientError::InvalidFlag => "invalid flag",
-            ClientError::DuplicateFlag => "duplicate flag",
-            ClientError::BadToken => "bad token in command line format",
-            ClientError::ModeTokenLength => "incorrect length for M token",
-            ClientError::InvalidSetMode => "invalid mode for ms M token",
-            ClientError::InvalidArithmeticMode => "invalid mode for ma M token",
-            ClientError::InvalidDeltaToken => "invalid numeric delta value",
-            ClientError::InvalidInitialToken => "invalid numeric initial value",
-            ClientError::TooManyFlags => "options flags are too long",
-            ClientError::OpaqueTooLong => "opaque token too long",
-            ClientError::KeyDecode => "error decoding key",
-        }
-    }
-}
+error_texts!(ClientError, "CLIENT_ERROR ", {
+    BadCommandLineFormat => "bad command line format",
+    BadDeleteFormat => "bad command line format.  Usage: delete <key> [noreply]",
+    BadDataChunk => "bad data chunk",
+    InvalidDelta => "invalid numeric delta argument",
+    InvalidExptime => "invalid exptime argument",
+    LineTooLong => "line too long",
+    InvalidFlag => "invalid flag",
+    DuplicateFlag => "duplicate flag",
+    BadToken => "bad token in command line format",
+    ModeTokenLength => "incorrect length for M token",
+    InvalidSetMode => "invalid mode for ms M token",
+    InvalidArithmeticMode => "invalid mode for ma M token",
+    InvalidDeltaToken => "invalid numeric delta value",
+    InvalidInitialToken => "invalid numeric initial value",
+    TooManyFlags => "options flags are too long",
+    OpaqueTooLong => "opaque token too long",
+    KeyDecode => "error decoding key",
+});
 
 /// `SERVER_ERROR`s the parser itself can decide on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,14 +129,9 @@ pub enum ServerError {
     ObjectTooLarge,
 }
 
-impl ServerError {
-    /// The text after `SERVER_ERROR `.
-    pub const fn message(&self) -> &'static str {
-        match self {
-            ServerError::ObjectTooLarge => "object too large for cache",
-        }
-    }
-}
+error_texts!(ServerError, "SERVER_ERROR ", {
+    ObjectTooLarge => "object too large for cache",
+});
 
 /// A malformed request: what to reply and how to resynchronise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

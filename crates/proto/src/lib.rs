@@ -11,8 +11,13 @@
 //!
 //! The binary protocol (magic `0x80`) has its own codec in [`binary`].
 //!
-//! Client direction (load generator, inter-cell forwarder):
-//! [`Request::encode`] and [`parse_reply`].
+//! Every reply line the server sends verbatim is a constant in [`lines`].
+//!
+//! Client direction (load generator, inter-cell forwarder, binary
+//! translation): [`Request::encode`] (and [`write_retrieve_with`] /
+//! [`write_store_with`], which write keys in place), [`parse_reply`] for one
+//! reply line, and [`decode_reply`] for the whole reply to one request (a
+//! retrieval's values or a `stats` reply up to `END`).
 //!
 //! Guarantees: no I/O, no clock, no panics on any input, no allocation while
 //! parsing, `consumed` never exceeds the input, and every length read from
@@ -25,8 +30,10 @@
 #![warn(missing_docs)]
 
 pub mod binary;
+mod decode;
 mod error;
 pub mod limits;
+pub mod lines;
 pub mod meta;
 mod parse;
 mod reply;
@@ -34,6 +41,7 @@ mod request;
 mod response;
 pub mod token;
 
+pub use decode::{Decoded, Expect, Reply, Stats, Value, Values, decode_reply};
 pub use error::{ClientError, ErrorReply, ProtocolError, ServerError};
 pub use limits::{Limits, LimitsError};
 pub use meta::{
@@ -43,12 +51,12 @@ pub use meta::{
 pub use parse::{Parsed, RetrieveRest, parse, parse_retrieve_rest};
 pub use reply::{ParsedReply, ReplyError, parse_reply};
 pub use request::{
-    Admin, ArithmeticOp, Keys, KeysError, Request, Retrieve, StatsGroup, Store, StoreMode,
-    write_retrieve,
+    Admin, ArithmeticOp, Keys, KeysError, Request, Retrieve, StatsGroup, Store, StoreHead,
+    StoreMode, write_retrieve, write_retrieve_with, write_store_with,
 };
 pub use response::{
-    MetaReply, MetaReplyFlags, MetaStatus, Response, write_meta_header, write_value_end,
-    write_value_header,
+    MetaReply, MetaReplyFlags, MetaStatus, PrefixCounts, Response, write_cachedump_item,
+    write_detail_prefix, write_meta_header, write_stat, write_value_end, write_value_header,
 };
 
 /// Bytes still to be discarded from a connection's input after a rejected

@@ -7,9 +7,9 @@
 
 use serde::Deserialize;
 
-/// Longest key memcached accepts (protocol.txt "Keys"); SPEC D1.
-pub const KEY_BYTES_MAX_DEFAULT: usize = 250;
-/// memcached's default `item_size_max` (`-I 1m`); SPEC D1.
+/// Longest key memcached accepts (protocol.txt "Keys").
+pub const KEY_BYTES_MAX_DEFAULT: usize = cellcache_keyspace::KEY_BYTES_MAX;
+/// memcached's default `item_size_max` (`-I 1m`), the default longest value.
 pub const ITEM_SIZE_MAX_DEFAULT: usize = 1024 * 1024;
 /// Bytes memcached 1.6 counts for an item beyond its key and value (its item header with the
 /// CAS field, the key's NUL, the value's `\r\n`): a storage request is too large when
@@ -134,6 +134,19 @@ impl Limits {
         ITEM_OVERHEAD_BYTES + flags_bytes - cas_saved
     }
 
+    /// Bounds for a client reading replies: lines up to `line_bytes_max`
+    /// bytes (`\r\n` included), values up to `value_bytes_max` bytes (what
+    /// [`Limits::value_bytes_max`] then answers); the request-side fields are
+    /// the defaults.
+    pub fn for_replies(line_bytes_max: usize, value_bytes_max: usize) -> Self {
+        let defaults = Self::default();
+        Self {
+            line_bytes_max,
+            item_size_max: value_bytes_max.saturating_add(defaults.item_overhead_bytes(0) + 1),
+            ..defaults
+        }
+    }
+
     /// Largest value any item can hold (a 1-byte key, flags 0); bounds the
     /// values of replies.
     pub fn value_bytes_max(&self) -> usize {
@@ -173,6 +186,18 @@ mod tests {
         assert!(limits.item_fits(1, 1_048_512, 1));
         assert!(!limits.item_fits(1, 1_048_513, 1));
         assert!(!limits.item_fits(1, usize::MAX, 0));
+    }
+
+    #[test]
+    fn reply_limits_bound_values_exactly() {
+        let limits = Limits::for_replies(4096, 128 << 20);
+        assert_eq!(limits.line_bytes_max, 4096);
+        assert_eq!(limits.value_bytes_max(), 128 << 20);
+        assert_eq!(Limits::for_replies(64, 0).value_bytes_max(), 0);
+        assert_eq!(
+            Limits::for_replies(64, usize::MAX).value_bytes_max(),
+            usize::MAX - ITEM_OVERHEAD_BYTES - 1
+        );
     }
 
     #[test]

@@ -47,6 +47,10 @@ pub enum ReplyError {
     /// A data block not followed by `\r\n`.
     #[error("data block not terminated by CRLF")]
     BadDataChunk,
+    /// A reply line the request cannot get where it came (say `STORED` among a
+    /// retrieval's values; see [`crate::decode_reply`]).
+    #[error("reply line not expected here")]
+    Unexpected,
 }
 
 /// Parses the reply at the front of `buf`.

@@ -38,7 +38,8 @@ pub enum Request<'a> {
     Touch {
         /// The key.
         key: &'a [u8],
-        /// New expiry (SPEC D3 semantics).
+        /// New expiry, as memcached reads exptime (0 never, up to 30 days relative, else
+        /// absolute unix time, negative already expired).
         exptime: i64,
         /// Suppress the reply.
         noreply: bool,
@@ -325,7 +326,8 @@ pub struct Store<'a> {
     pub key: &'a [u8],
     /// Opaque 32-bit client flags.
     pub flags: u32,
-    /// Expiry (SPEC D3 semantics).
+    /// Expiry, as memcached reads exptime (0 never, up to 30 days relative, else absolute
+    /// unix time, negative already expired).
     pub exptime: i64,
     /// The data block, without its `\r\n`.
     pub value: &'a [u8],
@@ -436,6 +438,33 @@ pub fn write_retrieve<'k>(
     touch_exptime: Option<i64>,
     keys: impl IntoIterator<Item = &'k [u8]>,
 ) {
+    write_retrieve_head(out, return_cas, touch_exptime);
+    for key in keys {
+        out.push(b' ');
+        out.extend_from_slice(key);
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Like [`write_retrieve`] for `key_count` keys, each written in place by
+/// `write_key(i, out)`: a load generator draws its keys straight into the
+/// output buffer, allocating nothing per request.
+pub fn write_retrieve_with(
+    out: &mut Vec<u8>,
+    return_cas: bool,
+    touch_exptime: Option<i64>,
+    key_count: usize,
+    mut write_key: impl FnMut(usize, &mut Vec<u8>),
+) {
+    write_retrieve_head(out, return_cas, touch_exptime);
+    for i in 0..key_count {
+        out.push(b' ');
+        write_key(i, out);
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+fn write_retrieve_head(out: &mut Vec<u8>, return_cas: bool, touch_exptime: Option<i64>) {
     let command = Retrieve {
         return_cas,
         touch_exptime,
@@ -450,11 +479,48 @@ pub fn write_retrieve<'k>(
         out.push(b' ');
         write_i64(out, exptime);
     }
-    for key in keys {
+}
+
+/// Appends a storage command, line and data block, `\r\n` after each, with
+/// the key written in place by `write_key` (see [`write_retrieve_with`]);
+/// [`Request::encode`] of a [`Request::Store`] writes the same bytes.
+pub fn write_store_with(
+    out: &mut Vec<u8>,
+    store: StoreHead,
+    write_key: impl FnOnce(&mut Vec<u8>),
+    value: &[u8],
+) {
+    out.extend_from_slice(store.mode.command().as_bytes());
+    out.push(b' ');
+    write_key(out);
+    out.push(b' ');
+    write_u64(out, u64::from(store.flags));
+    out.push(b' ');
+    write_i64(out, store.exptime);
+    out.push(b' ');
+    write_u64(out, value.len() as u64);
+    if let StoreMode::Cas { unique } = store.mode {
         out.push(b' ');
-        out.extend_from_slice(key);
+        write_u64(out, unique);
     }
+    noreply(out, store.noreply);
     out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The fields of a storage command besides its key and value, for
+/// [`write_store_with`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreHead {
+    /// Which command.
+    pub mode: StoreMode,
+    /// Opaque 32-bit client flags.
+    pub flags: u32,
+    /// Expiry, as memcached reads exptime.
+    pub exptime: i64,
+    /// Suppress the reply.
+    pub noreply: bool,
 }
 
 fn noreply(out: &mut Vec<u8>, on: bool) {
@@ -491,22 +557,14 @@ impl Request<'_> {
                 return;
             }
             Request::Store(s) => {
-                out.extend_from_slice(s.mode.command().as_bytes());
-                out.push(b' ');
-                out.extend_from_slice(s.key);
-                out.push(b' ');
-                write_u64(out, u64::from(s.flags));
-                out.push(b' ');
-                write_i64(out, s.exptime);
-                out.push(b' ');
-                write_u64(out, s.value.len() as u64);
-                if let StoreMode::Cas { unique } = s.mode {
-                    out.push(b' ');
-                    write_u64(out, unique);
-                }
-                noreply(out, s.noreply);
-                out.extend_from_slice(b"\r\n");
-                out.extend_from_slice(s.value);
+                let head = StoreHead {
+                    mode: s.mode,
+                    flags: s.flags,
+                    exptime: s.exptime,
+                    noreply: s.noreply,
+                };
+                write_store_with(out, head, |out| out.extend_from_slice(s.key), s.value);
+                return;
             }
             Request::Delete { key, noreply: nr } => {
                 out.extend_from_slice(b"delete ");

@@ -7,6 +7,7 @@
 //! copies the value bytes straight from the store into the same buffer, and
 //! finishes with [`write_value_end`].
 
+use crate::lines;
 use crate::meta::{ReturnFlag, ReturnFlags};
 use crate::token::{write_i64, write_u64};
 
@@ -263,6 +264,15 @@ pub fn write_meta_header(
     out.extend_from_slice(b"\r\n");
 }
 
+/// Writes `STAT <name> <value>\r\n`, the value as it displays.
+pub fn write_stat(out: &mut Vec<u8>, name: &str, value: impl std::fmt::Display) {
+    Response::Stat {
+        name: name.as_bytes(),
+        value: value.to_string().as_bytes(),
+    }
+    .encode(out);
+}
+
 /// Writes `VALUE <key> <flags> <len>[ <cas>]\r\n`; copy the value after it
 /// and finish with [`write_value_end`].
 pub fn write_value_header(out: &mut Vec<u8>, key: &[u8], flags: u32, len: usize, cas: Option<u64>) {
@@ -281,6 +291,48 @@ pub fn write_value_header(out: &mut Vec<u8>, key: &[u8], flags: u32, len: usize,
 
 /// Terminates a data block (`\r\n`).
 pub fn write_value_end(out: &mut Vec<u8>) {
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Writes one line of memcached's `stats cachedump`: `ITEM <key> [<bytes> b; <exptime> s]`
+/// (`exptime` an absolute unix time, 0 for never). The dump ends with `END`.
+pub fn write_cachedump_item(out: &mut Vec<u8>, key: &[u8], value_bytes: u64, exptime: u64) {
+    out.extend_from_slice(b"ITEM ");
+    out.extend_from_slice(key);
+    out.extend_from_slice(b" [");
+    write_u64(out, value_bytes);
+    out.extend_from_slice(b" b; ");
+    write_u64(out, exptime);
+    out.extend_from_slice(b" s]\r\n");
+}
+
+/// Per-prefix counts of memcached's `stats detail dump`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PrefixCounts {
+    /// Retrievals of keys with the prefix.
+    pub get: u64,
+    /// Of those, hits.
+    pub hit: u64,
+    /// Storage commands.
+    pub set: u64,
+    /// Deletions.
+    pub del: u64,
+}
+
+/// Writes one line of memcached's `stats detail dump`:
+/// `PREFIX <prefix> get <n> hit <n> set <n> del <n>`. The dump ends with `END`.
+pub fn write_detail_prefix(out: &mut Vec<u8>, prefix: &[u8], counts: PrefixCounts) {
+    out.extend_from_slice(b"PREFIX ");
+    out.extend_from_slice(prefix);
+    for (word, n) in [
+        (&b" get "[..], counts.get),
+        (b" hit ", counts.hit),
+        (b" set ", counts.set),
+        (b" del ", counts.del),
+    ] {
+        out.extend_from_slice(word);
+        write_u64(out, n);
+    }
     out.extend_from_slice(b"\r\n");
 }
 
@@ -344,17 +396,17 @@ impl Response<'_> {
                 out.extend_from_slice(b"\r\n");
                 return;
             }
-            Response::End => b"END\r\n",
-            Response::Stored => b"STORED\r\n",
-            Response::NotStored => b"NOT_STORED\r\n",
-            Response::Exists => b"EXISTS\r\n",
-            Response::NotFound => b"NOT_FOUND\r\n",
-            Response::Deleted => b"DELETED\r\n",
-            Response::Touched => b"TOUCHED\r\n",
-            Response::Ok => b"OK\r\n",
-            Response::Reset => b"RESET\r\n",
-            Response::Error => b"ERROR\r\n",
-            Response::MetaNoop => b"MN\r\n",
+            Response::End => lines::END,
+            Response::Stored => lines::STORED,
+            Response::NotStored => lines::NOT_STORED,
+            Response::Exists => lines::EXISTS,
+            Response::NotFound => lines::NOT_FOUND,
+            Response::Deleted => lines::DELETED,
+            Response::Touched => lines::TOUCHED,
+            Response::Ok => lines::OK,
+            Response::Reset => lines::RESET,
+            Response::Error => lines::ERROR,
+            Response::MetaNoop => lines::MN,
         };
         out.extend_from_slice(line);
     }

@@ -128,7 +128,7 @@ pub fn write_i64(out: &mut Vec<u8>, value: i64) {
 }
 
 /// Whether `key` is acceptable: 1..=`max` bytes, none of them a control
-/// byte or space (SPEC D1). Bytes >= 0x80 are allowed (UTF-8 keys).
+/// byte or space (memcached's protocol.txt "Keys"). Bytes >= 0x80 are allowed (UTF-8 keys).
 #[inline]
 pub fn key_is_valid(key: &[u8], max: usize) -> bool {
     !key.is_empty() && key.len() <= max && key.iter().all(|&b| b > b' ' && b != 0x7f)
@@ -148,8 +148,8 @@ fn base64_value(b: u8) -> Option<u8> {
     }
 }
 
-/// Largest binary key a base64 meta key can decode to (250 base64 bytes).
-pub const BINARY_KEY_BYTES_MAX: usize = 250 / 4 * 3;
+/// Largest binary key a base64 meta key can decode to (a longest key of base64 text).
+pub const BINARY_KEY_BYTES_MAX: usize = cellcache_keyspace::KEY_BYTES_MAX / 4 * 3;
 
 /// Decodes standard, padded base64 `text` into `out`, returning the decoded
 /// length, or `None` when the text is not canonical padded base64 or does

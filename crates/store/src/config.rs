@@ -2,7 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-/// How the store is split across worker threads (SPEC H1: switchable later).
+/// How the store is split across worker threads (one interface for both, so a later mediator
+/// can switch between them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum Layout {
@@ -17,11 +18,11 @@ pub enum Layout {
     },
 }
 
-/// Which slab is cleared when space is needed (SPEC M3, H1).
+/// Which slab is cleared when space is needed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum EvictionPolicyKind {
-    /// Seed 001's slab-level LRU: the least recently used slab.
+    /// Slab-level LRU: the least recently used slab.
     #[default]
     SlabLru,
     /// Among the `candidates` least recently used slabs, the one with fewest live bytes
@@ -123,8 +124,8 @@ pub const SLAB_SIZE_MAX_BYTES: usize = 1 << 30;
 /// Upper bound of `index_kicks_max` (its undo path is preallocated).
 pub const INDEX_KICKS_MAX_LIMIT: usize = 100_000;
 
-/// Longest key (SPEC D1).
-pub const KEY_LEN_MAX: usize = 250;
+/// Longest key (memcached's 250 bytes).
+pub const KEY_LEN_MAX: usize = cellcache_keyspace::KEY_BYTES_MAX;
 
 impl Default for StoreConfig {
     fn default() -> Self {
@@ -264,6 +265,27 @@ impl StoreConfig {
             });
         }
         Ok(())
+    }
+
+    /// The smallest `memory_limit_bytes` these settings accept: per shard, two slabs and
+    /// the index that goes with them.
+    pub fn memory_limit_min_bytes(&self) -> usize {
+        let shards = self.shard_count().max(1);
+        let fits = |budget: usize| {
+            let s = crate::shard::ShardSizing::compute(self, budget);
+            s.slab_count >= 2 && s.index_buckets > 0
+        };
+        let mut hi = 2 * self.slab_size_bytes.max(1);
+        while !fits(hi) {
+            hi *= 2;
+        }
+        let mut lo = 0;
+        // The sizing grows with the budget: the first budget that fits.
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if fits(mid) { hi = mid } else { lo = mid }
+        }
+        hi * shards
     }
 
     /// Whether an item of this key, value and flags is within `item_size_max_bytes`, as

@@ -1,8 +1,8 @@
-//! Eviction policies: which in-use slab is cleared when the shard needs space (SPEC M3, H1).
+//! Eviction policies: which in-use slab is cleared when the shard needs space.
 //!
 //! Policy is kept apart from mechanism: the shard tells the policy when a slab starts being used,
-//! is accessed and is released, and asks it for a victim. Both policies here keep seed 001's O(1)
-//! LRU order of slabs as an intrusive doubly-linked list over arrays.
+//! is accessed and is released, and asks it for a victim. Both policies here keep an O(1) LRU
+//! order of slabs as an intrusive doubly-linked list over arrays.
 
 use crate::slab::{NIL, SlabId};
 
@@ -95,7 +95,7 @@ impl LruList {
     }
 }
 
-/// Seed 001's slab LRU: on access the slab moves to the front; the victim is the back.
+/// Slab-level LRU: on access the slab moves to the front; the victim is the back.
 pub struct SlabLru {
     list: LruList,
 }

@@ -1,4 +1,4 @@
-//! Expiry times as the store keeps them (SPEC D3).
+//! Expiry times as the store keeps them.
 //!
 //! The store never reads a clock: every operation receives `now` in unix seconds. An item's
 //! expiry is an absolute unix second, or "never". An item is expired when its expiry is not
@@ -18,8 +18,8 @@ impl Expiry {
     /// Expired at any `now >= 1` (used for negative protocol exptimes).
     pub const ALREADY: Expiry = Expiry(1);
 
-    /// Converts a protocol exptime per D3: 0 never; 1..=30 days relative to `now`; larger is an
-    /// absolute unix time; negative is already expired.
+    /// Converts a protocol exptime as memcached reads it: 0 never; 1..=30 days relative to
+    /// `now`; larger is an absolute unix time; negative is already expired.
     pub fn from_protocol(exptime: i64, now: u32) -> Expiry {
         if exptime == 0 {
             Expiry::NEVER

@@ -1,4 +1,5 @@
-//! Change feed: every mutation, in order, for a later replication layer (SPEC C5, C7, C8).
+//! Change feed: every mutation, in order, for a later replication layer (backups, range
+//! hand-off, re-replication after a cell leaves).
 //!
 //! A [`ChangeSink`] installed at construction is called synchronously, under the lock of the
 //! shard that applied the mutation, with the item's full resulting state. Sequence numbers come
@@ -9,7 +10,7 @@
 //! and must not call back into the store (it would deadlock on the shard lock).
 
 use crate::expiry::Expiry;
-use crate::range::HashRange;
+use cellcache_keyspace::HashRange;
 
 /// One mutation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +62,7 @@ pub struct Change<'a> {
 
 /// Receives the change feed.
 pub trait ChangeSink: Send + Sync {
-    /// Called in order under the shard lock.
+    /// Called in order under the shard lock (every shard's, for a flush): it must not call
+    /// into the store, nor take a lock that is held anywhere while the store is called.
     fn record(&self, change: &Change<'_>);
 }

@@ -17,12 +17,12 @@ mod index;
 mod item;
 mod ops;
 mod prealloc;
-mod range;
 mod shard;
 mod slab;
 mod stats;
 mod store;
 
+pub use cellcache_keyspace::{HashRange, key_hash};
 pub use config::{
     ConfigError, EvictionPolicyKind, INDEX_KICKS_MAX_LIMIT, ITEM_CAS_BYTES, ITEM_FLAGS_BYTES,
     ITEM_OVERHEAD_BYTES, ITEM_SIZE_MAX_MIN_BYTES, KEY_LEN_MAX, Layout, SLAB_SIZE_MAX_BYTES,
@@ -35,16 +35,9 @@ pub use ops::{
     ArithOutcome, ArithRequest, DeleteOptions, DeleteOutcome, ItemView, OwnedItem, ReadOptions,
     StoreError, WriteMode, WriteOutcome, WriteRequest,
 };
-pub use range::HashRange;
 pub use slab::SlabId;
 pub use stats::Stats;
 pub use store::{ScanCursor, Store};
-
-/// The key hash of the whole cluster: xxh3-64 of the key bytes. Ring placement and range
-/// hand-off use exactly this function.
-pub fn key_hash(key: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(key)
-}
 
 #[cfg(test)]
 mod tests {

@@ -1,9 +1,10 @@
-//! Slab bookkeeping: per-slab metadata and the free / partial / full lists (SPEC M2).
+//! Slab bookkeeping: per-slab metadata and the free / partial / full lists.
 //!
-//! Lists are intrusive doubly-linked lists over arrays indexed by slab number (seed 001's
-//! "LinkedListArrays"), so every move between lists is O(1) and costs no allocation. A slab is in
-//! exactly one list at a time. New and compacted slabs go to the head of the partial list and
-//! writes only look at that head (seed 001's `lla_u` variant), which keeps allocation O(1).
+//! Lists are intrusive doubly-linked lists over arrays indexed by slab number, so every move
+//! between lists is O(1) and costs no allocation. A slab is in exactly one list at a time. New
+//! and compacted slabs go to the head of the partial list and writes only look at that head (the
+//! `lla_u` variant of the data-structure benchmark in docs/benchmarks/store.md), which keeps
+//! allocation O(1).
 
 /// A slab number inside one shard.
 pub type SlabId = u32;

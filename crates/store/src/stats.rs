@@ -17,7 +17,8 @@ pub struct Stats {
     pub evicted_slabs: u64,
     /// Evicted items that were never read.
     pub evicted_unfetched: u64,
-    /// Expired items found and reclaimed (on access or while clearing a slab).
+    /// Expired items found and reclaimed (on access or while clearing a slab), and items
+    /// dropped by `flush_all` (their memory is reclaimed at once).
     pub reclaimed: u64,
     /// Expired items that were never read.
     pub expired_unfetched: u64,
@@ -47,6 +48,8 @@ pub struct Stats {
     pub get_hits: u64,
     /// Get misses.
     pub get_misses: u64,
+    /// Get misses that found the item expired (memcached's `get_expired`).
+    pub get_expired: u64,
     /// Items evicted from a full index bucket pair to make room for a new key.
     pub index_full_evictions: u64,
     /// Number of shards.
@@ -67,5 +70,6 @@ pub(crate) struct ShardCounters {
     pub second_chance_items: u64,
     pub get_hits: u64,
     pub get_misses: u64,
+    pub get_expired: u64,
     pub index_full_evictions: u64,
 }

@@ -1,6 +1,6 @@
 //! The thread-safe store: shards behind mutexes, one CAS counter, one change feed.
 //!
-//! Layout (SPEC H1): `Layout::Shared` is one shard — one arena, index and LRU order behind one
+//! Layout: `Layout::Shared` is one shard — one arena, index and LRU order behind one
 //! lock; `Layout::Partitioned { shards }` is N shards of `memory_limit / N` bytes, each with its
 //! own lock, the shard chosen by mixed hash bits (not the ring's high bits, which all keys of a
 //! cell share). Callers see the same API either way, so a later mediator can switch between
@@ -9,7 +9,7 @@
 //! Readers: values are handed to a callback while the shard lock is held ([`Store::read`]). The
 //! caller copies the bytes it needs (typically straight into a connection's output buffer) and
 //! returns; only then can the slab be evicted, compacted or reused. This was chosen over
-//! refcounts (seed 000 "Reference counting") because it costs no per-item counter bytes, no
+//! refcounting each entry while it is read because it costs no per-item counter bytes, no
 //! atomic traffic and no deferred-free machinery, and the one copy is the copy any server makes
 //! into its socket buffer anyway. The price is that the callback must be short and must not call
 //! back into the store.
@@ -28,9 +28,9 @@ use crate::config::{ConfigError, StoreConfig};
 use crate::expiry::Expiry;
 use crate::feed::{ChangeKind, ChangeSink};
 use crate::ops::*;
-use crate::range::HashRange;
 use crate::shard::{Ctx, Shard};
 use crate::stats::Stats;
+use cellcache_keyspace::HashRange;
 
 const MIX_SHARD: u64 = 0xFF51_AFD7_ED55_8CCD;
 
@@ -48,6 +48,9 @@ impl ScanCursor {
 
 /// An in-memory store of one cell. `Send + Sync`; share it with `Arc`.
 pub struct Store {
+    /// Several are held at once only by `flush_range`, in index order. The change sink is
+    /// called under them, so it may take only locks its owner ranks after them (for
+    /// `cellcache-node`, lock order: see its `cluster::Cluster`).
     shards: Box<[Mutex<Shard>]>,
     cas: AtomicU64,
     seq: AtomicU64,
@@ -208,11 +211,15 @@ impl Store {
     pub fn flush_range(&self, range: HashRange) {
         let mut guards: Vec<_> = self.shards.iter().map(|s| s.lock()).collect();
         for g in &mut guards {
-            if range == HashRange::FULL {
-                g.clear_all();
+            let flushed = if range == HashRange::FULL {
+                g.clear_all()
             } else {
-                g.drop_range(range, &|_| true);
-            }
+                g.drop_range(range, &|_| true)
+            };
+            // memcached counts a flushed item as `reclaimed` when its memory is reused; here
+            // the memory is reclaimed by the flush itself. A replica's copies (`drop_range`,
+            // `apply_change`) are not counted again.
+            g.count_reclaimed(flushed);
         }
         self.ctx().emit_flush(range);
         drop(guards);
@@ -350,7 +357,8 @@ impl Store {
     }
 
     /// Heap bytes the store may hold beyond `memory_limit_bytes`: slab metadata, LRU arrays and
-    /// one scratch buffer per shard (the documented bounded overhead of SPEC M1).
+    /// one scratch buffer per shard (the bounded overhead beyond the limit that docs/store.md
+    /// documents).
     pub fn overhead_bytes_max(&self) -> usize {
         self.shards
             .iter()

@@ -1,6 +1,6 @@
-//! SPEC M4 checked by machine: with the default 64 MiB configuration, 14-byte keys and 100-byte
-//! values, the store holds at least 1.5× memcached's 349,504 items before its first eviction,
-//! index memory included (≤ 14 bytes of overhead per item).
+//! The per-item overhead target checked by machine: with the default 64 MiB configuration,
+//! 14-byte keys and 100-byte values, the store holds at least 1.5× memcached's 349,504 items
+//! before its first eviction, index memory included (≤ 14 bytes of overhead per item).
 
 use cellcache_store::*;
 

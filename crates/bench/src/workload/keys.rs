@@ -18,7 +18,7 @@ pub enum KeyError {
 }
 
 /// memcached's key length limit.
-pub const KEY_BYTES_MAX: usize = 250;
+pub use cellcache_keyspace::KEY_BYTES_MAX;
 
 /// `count` keys named `<prefix><index>` with the index zero-padded to `width` digits.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -163,6 +163,15 @@ impl Server {
             },
             str::to_string,
         );
+        // The port was the killed process's; until the kernel lets it go (or while another
+        // socket briefly holds it as its local port) a restart fails to bind: wait for it,
+        // bounded, so the test sees the restart and not the port.
+        wait_until(
+            "the restart's port is free",
+            Duration::from_secs(10),
+            Duration::from_millis(20),
+            || std::net::TcpListener::bind(("127.0.0.1", port)).is_ok(),
+        );
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_cellcache"));
         cmd.args(["serve", "-l", "127.0.0.1", "-p", &port.to_string()]);
         if let Some(engine) = io_engine() {
@@ -434,6 +443,16 @@ impl Client {
     }
 
     /// One field of `stats <group>`.
+    /// The value of `key` by a text `get` (one key), `None` on a miss.
+    pub fn get_value(&mut self, key: &str) -> Option<String> {
+        self.send(format!("get {key}\r\n").as_bytes());
+        match self.lines_until_end().as_slice() {
+            [] => None,
+            [_header, v] => Some(v.clone()),
+            other => panic!("unexpected get reply {other:?}"),
+        }
+    }
+
     pub fn stat_of(&mut self, group: &str, name: &str) -> String {
         self.stats(group)
             .into_iter()
@@ -446,6 +465,19 @@ impl Client {
 /// A ring of real `cellcache serve` processes on loopback (cluster tests).
 pub struct Ring {
     pub cells: Vec<Server>,
+}
+
+/// The range on the `CELL` line of `status` that contains `marker`.
+fn range_in(status: &[String], marker: &str) -> Option<cellcache_cluster::HashRange> {
+    let line = status
+        .iter()
+        .find(|l| l.starts_with("CELL ") && l.contains(marker))?;
+    let (a, b) = line
+        .split(' ')
+        .find_map(|w| w.strip_prefix("range="))?
+        .split_once('-')?;
+    let bound = |h: &str| u64::from_str_radix(h, 16).expect("a hex range bound");
+    Some(cellcache_cluster::HashRange::new(bound(a), bound(b)))
 }
 
 /// A free loopback port for a peer listener.
@@ -511,26 +543,17 @@ impl Ring {
         let h = cellcache_cluster::key_hash(key.as_bytes());
         let status = self.status(0);
         for (i, s) in self.cells.iter().enumerate() {
-            let line = status
-                .iter()
-                .find(|l| l.starts_with("CELL ") && l.contains(&format!("client={} ", s.addr)));
-            let Some(range) =
-                line.and_then(|l| l.split(' ').find_map(|w| w.strip_prefix("range=")))
-            else {
-                continue;
-            };
-            let Some((a, b)) = range.split_once('-') else {
-                continue;
-            };
-            let (a, b) = (
-                u64::from_str_radix(a, 16).unwrap(),
-                u64::from_str_radix(b, 16).unwrap(),
-            );
-            if cellcache_cluster::HashRange::new(a, b).contains(h) {
+            if range_in(&status, &format!("client={} ", s.addr)).is_some_and(|r| r.contains(h)) {
                 return i;
             }
         }
         panic!("no master for {key}: {status:?}");
+    }
+
+    /// The range of the cell whose `CELL` line (in cell 0's status) contains `marker`, e.g.
+    /// `client=HOST:PORT `.
+    pub fn range_of(&self, marker: &str) -> Option<cellcache_cluster::HashRange> {
+        range_in(&self.status(0), marker)
     }
 
     fn into_cells(self) -> Vec<Server> {

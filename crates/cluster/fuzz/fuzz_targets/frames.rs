@@ -1,9 +1,12 @@
 //! Fuzz target: the inter-cell wire. Decoding never panics; `consumed` is within the input;
 //! every complete frame re-encodes to exactly the bytes it came from; every replication
 //! record decoded re-encodes to exactly its bytes (the layout is canonical); the other
-//! payload decoders (acks, hello, ring messages, maps) take any bytes without panicking.
+//! payload decoders (acks, hello, ring messages, maps, the handshake's messages and a secret
+//! file's text) take any bytes without panicking; `frame_bytes` (how the handshake reads a
+//! frame exactly) agrees with the decoder on every complete frame's length.
 #![no_main]
 
+use cellcache_cluster::auth::{self, Secret};
 use cellcache_cluster::wire::payload::{RangeSeq, ReplicationRecord, decode_hello};
 use cellcache_cluster::wire::{self, Decoded, WireConfig};
 use cellcache_cluster::{ClusterMap, RingMessage};
@@ -31,6 +34,17 @@ fn payloads(p: &[u8]) {
     let _ = decode_hello(p);
     let _ = RingMessage::decode(p);
     let _ = ClusterMap::decode(p, PAYLOAD_MAX as usize);
+    let _ = auth::decode_init(p);
+    let _ = auth::decode_response(p);
+    if let Ok((ns, proof)) = auth::decode_challenge(p) {
+        let key = Secret::from_bytes([7; auth::SECRET_BYTES]);
+        assert!(
+            key.verify_accept(&[0; auth::NONCE_BYTES], &ns, proof)
+                .is_err()
+                || proof == key.accept_proof(&[0; auth::NONCE_BYTES], &ns)
+        );
+    }
+    let _ = Secret::parse(&String::from_utf8_lossy(p));
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -40,6 +54,7 @@ fuzz_target!(|data: &[u8]| {
     let mut rest = data;
     while let Ok(Decoded::Complete { frame, consumed }) = wire::decode(&config, rest) {
         assert!(consumed > 0 && consumed <= rest.len());
+        assert_eq!(wire::frame_bytes(&config, rest).ok(), Some(consumed));
         let mut again = Vec::new();
         wire::encode(
             &config,

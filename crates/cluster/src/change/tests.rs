@@ -1,6 +1,7 @@
 //! Data-driven tests of map transitions: tables of (steps from a bootstrap map) → expected
-//! layout or error, using seed 001's 0..127 example ring scaled to 64 bits (one seed unit is
-//! 2^57 hashes), plus a property test over random change sequences.
+//! layout or error, using the 0..127 example ring of the Cell Cycle proposal (the design
+//! cellcache started from) scaled to 64 bits (one unit of that ring is 2^57 hashes), plus a
+//! property test over random change sequences.
 
 use super::*;
 use crate::HashRange;
@@ -17,7 +18,7 @@ fn addr(n: u32) -> CellAddress {
     }
 }
 
-/// Seed 001 range `[a, b]` of its 0..=127 ring, scaled to u64.
+/// Range `[a, b]` of the Cell Cycle proposal's 0..=127 example ring, scaled to u64.
 fn seed(a: u64, b: u64) -> HashRange {
     HashRange::new(a << 57, ((b + 1) << 57).wrapping_sub(1))
 }
@@ -134,7 +135,7 @@ impl Run {
 
 use CellState::{Active as A, Dead as D, Joining as J, Leaving as L};
 
-/// Seed 001 "Adding a node" and "Deleting a node" examples, in order.
+/// The Cell Cycle proposal's "Adding a node" and "Deleting a node" examples, in order.
 fn seed_ring() -> Vec<Step> {
     use Step::Divide;
     vec![
@@ -192,10 +193,10 @@ fn check(name: &str, r: u8, steps: &[Step], expected: Expected) {
 }
 
 #[test]
-fn seed_001_division_and_absorption_table() {
+fn proposals_division_and_absorption_examples() {
     let mut steps = seed_ring();
     check(
-        "seed division example",
+        "the proposal's division example",
         2,
         &steps,
         Ok(vec![
@@ -210,7 +211,7 @@ fn seed_001_division_and_absorption_table() {
     );
     steps.push(Step::BeginAbsorption("2", AbsorptionReason::Crashed));
     check(
-        "seed: node 2 crashed, 2.25 takes [64,79]",
+        "the proposal's crash example: node 2 crashed, 2.25 takes [64,79]",
         2,
         &steps,
         Ok(vec![

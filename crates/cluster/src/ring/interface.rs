@@ -54,9 +54,9 @@ impl Default for RingConfig {
     fn default() -> Self {
         RingConfig {
             heartbeat_interval_ms: 100,
-            // Detection within 1 s of a crash (issue 7): 700 ms of silence, seven
-            // heartbeats, is well past a live cell's hiccups and within raft's own
-            // election timeouts (400-800 ms).
+            // Detection within 1 s of a crash (measured in docs/failures.md, section 4):
+            // 700 ms of silence, seven heartbeats, is well past a live cell's hiccups and
+            // within raft's own election timeouts (400-800 ms).
             suspicion_timeout_ms: 700,
             lease_ms: 500,
             clock_drift_margin_ms: 100,

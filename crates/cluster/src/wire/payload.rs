@@ -24,8 +24,9 @@ use crate::id::CellId;
 use crate::range::HashRange;
 use crate::wire::WireError;
 
-/// Longest key (memcached's limit, SPEC D1); it also fits the one-byte key length.
-pub const KEY_BYTES_MAX: usize = 250;
+/// Longest key; it also fits the one-byte key length.
+pub const KEY_BYTES_MAX: usize = cellcache_keyspace::KEY_BYTES_MAX;
+const _: () = assert!(KEY_BYTES_MAX <= u8::MAX as usize);
 
 const OP_SET: u8 = 1;
 const OP_DELETE: u8 = 2;

@@ -2,7 +2,7 @@
 //! acceptor ring that deals accepted sockets round-robin — the epoll engine's thread
 //! model with readiness replaced by completions.
 //!
-//! Per worker: a submission/completion ring pair shared with the kernel (seed 002's
+//! Per worker: a submission/completion ring pair shared with the kernel (kevent's
 //! argument: events delivered through memory both sides see, not one syscall per event),
 //! one provided buffer ring registered with the kernel, and per connection one multishot
 //! receive (armed once, completes once per arriving segment into a buffer the kernel picks
@@ -38,7 +38,17 @@
 //! buffers rather than free memory the kernel might still write.
 //!
 //! Notify and shutdown wake a worker through an eventfd read kept armed in its ring.
+//!
+//! Yielding (`Progress::yielded`, memcached's `-R`): a connection whose session stopped at
+//! its per-event request limit with input left goes on the worker's ready queue and its
+//! session is not run again (input that arrives meanwhile is only appended) until the
+//! queue is drained, after the batch of completions in hand. No completion may ever come
+//! for it — requests that produce no reply (`noreply`) leave nothing to send — so while the
+//! queue is non-empty the worker submits without waiting for completions. Its replies so far
+//! wait with it and leave in one send once its input is drained (or its output reaches the
+//! high-water mark), not one send per yield.
 
+mod conn;
 mod probe;
 mod ring;
 
@@ -48,9 +58,13 @@ use crate::{
     Accepted, EngineConfig, EngineStats, IoEngineKind, IoError, Notify, Progress, RunningEngine,
     Service, Session, Shutdown, TOO_MANY_CONNECTIONS,
 };
+use conn::Conn;
 use crossbeam_channel::{Receiver, Sender};
 use io_uring::{IoUring, cqueue, opcode, types};
-use ring::{Op, ProvidedBuffers, WakeFd, WakeRead, decode, new_ring, push, user_data, wait};
+use ring::{
+    Op, ProvidedBuffers, WakeFd, WakeRead, decode, new_ring, push, submit, user_data, wait,
+};
+use std::collections::VecDeque;
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -121,6 +135,7 @@ pub fn start<S: Service>(
             notify_tx,
             notify_rx,
             completions: Vec::new(),
+            ready: VecDeque::new(),
             config: config.clone(),
             service: service.clone(),
             stats: stats.clone(),
@@ -345,114 +360,6 @@ impl Acceptor {
     }
 }
 
-/// One connection as a worker sees it. Freed only when `closed` and no operation of it is
-/// in flight (`recv_armed`, `send_inflight` both false).
-struct Conn<S> {
-    stream: TcpStream,
-    session: S,
-    generation: u32,
-    /// Received, unconsumed bytes: `input[input_start..]`.
-    input: Vec<u8>,
-    input_start: usize,
-    /// Replies the session appended, not yet handed to the kernel.
-    output: Vec<u8>,
-    /// Replies handed to the kernel: `sending[sent..]` is in flight or next. Not touched
-    /// while `send_inflight`.
-    sending: Vec<u8>,
-    sent: usize,
-    recv_armed: bool,
-    recv_cancelled: bool,
-    send_inflight: bool,
-    send_cancelled: bool,
-    /// Input may hold a request the session has not been offered yet.
-    unprocessed: bool,
-    eof: bool,
-    /// The session asked to close once output is written.
-    closing: bool,
-    /// The socket failed (or must be abandoned): close without writing more.
-    dead: bool,
-    /// `on_close` ran; waiting for in-flight operations before freeing the slot.
-    closed: bool,
-    last_active: Instant,
-}
-
-impl<S: Session> Conn<S> {
-    fn pending_output(&self) -> usize {
-        self.sending.len() - self.sent + self.output.len()
-    }
-
-    fn has_room(&self, config: &EngineConfig) -> bool {
-        self.pending_output() < config.output_buffer_high_bytes
-    }
-
-    fn apply(&mut self, progress: Progress, offered: usize) -> usize {
-        self.unprocessed = progress.output_full;
-        self.closing |= progress.close;
-        progress.consumed.min(offered)
-    }
-
-    /// Takes bytes of a receive completion. With no leftover input the session parses
-    /// them in place; whatever it leaves is copied into `input`.
-    fn receive(&mut self, data: &[u8], config: &EngineConfig) {
-        self.last_active = Instant::now();
-        if self.closing || self.dead || self.closed {
-            return;
-        }
-        if self.input_start == self.input.len() && self.has_room(config) {
-            self.input.clear();
-            self.input_start = 0;
-            let progress =
-                self.session
-                    .on_input(data, &mut self.output, config.output_buffer_high_bytes);
-            let consumed = self.apply(progress, data.len());
-            self.input.extend_from_slice(&data[consumed..]);
-        } else {
-            self.input.extend_from_slice(data);
-            self.unprocessed = true;
-        }
-    }
-
-    /// Offers unconsumed input to the session when it has something new and room.
-    fn handle(&mut self, config: &EngineConfig) {
-        if self.dead || self.closing || !self.unprocessed || !self.has_room(config) {
-            return;
-        }
-        if self.input_start == self.input.len() {
-            self.unprocessed = false;
-            return;
-        }
-        let offered = self.input.len() - self.input_start;
-        let progress = self.session.on_input(
-            &self.input[self.input_start..],
-            &mut self.output,
-            config.output_buffer_high_bytes,
-        );
-        self.input_start += self.apply(progress, offered);
-        if self.input_start == self.input.len() {
-            self.input.clear();
-            self.input_start = 0;
-        } else if self.input_start > self.input.len() / 2 {
-            self.input.drain(..self.input_start);
-            self.input_start = 0;
-        }
-    }
-
-    fn shrink_if_idle(&mut self, keep: usize) {
-        if self.input_start == self.input.len() && self.input.capacity() > keep {
-            self.input = Vec::new();
-            self.input_start = 0;
-        }
-        if self.output.is_empty() && self.output.capacity() > keep {
-            self.output = Vec::new();
-        }
-        if !self.send_inflight && self.sent == self.sending.len() && self.sending.capacity() > keep
-        {
-            self.sending = Vec::new();
-            self.sent = 0;
-        }
-    }
-}
-
 struct Worker<S: Service> {
     id: usize,
     ring: IoUring,
@@ -466,6 +373,9 @@ struct Worker<S: Service> {
     notify_rx: Receiver<(usize, u32)>,
     /// Reused buffer for one batch of completions.
     completions: Vec<(u64, i32, u32)>,
+    /// (slot, generation) of connections whose session yielded, run again after the
+    /// current batch of completions (fairness; see the module doc).
+    ready: VecDeque<(usize, u32)>,
     config: EngineConfig,
     service: Arc<S>,
     stats: Arc<EngineStats>,
@@ -511,7 +421,13 @@ impl<S: Service> Worker<S> {
                     return Err(io::Error::other("cancelled operations did not complete"));
                 }
             }
-            wait(&self.ring, HOUSEKEEPING_TICK)?;
+            if self.ready.is_empty() {
+                wait(&self.ring, HOUSEKEEPING_TICK)?;
+            } else {
+                // Yielded connections are waiting: never sleep on a completion that may
+                // not come.
+                submit(&self.ring)?;
+            }
             self.completions.clear();
             self.completions.extend(
                 self.ring
@@ -523,6 +439,7 @@ impl<S: Service> Worker<S> {
                 self.complete(data, result, flags)?;
             }
             self.completions = completions;
+            self.run_yielded()?;
             if last_sweep.elapsed() >= HOUSEKEEPING_TICK {
                 self.housekeeping()?;
                 last_sweep = Instant::now();
@@ -554,6 +471,7 @@ impl<S: Service> Worker<S> {
             bufs,
             config,
             stats,
+            ready,
             ..
         } = self;
         let Some(conn) = conns.get_mut(key).filter(|c| c.generation == generation) else {
@@ -576,7 +494,11 @@ impl<S: Service> Worker<S> {
                         // SAFETY: `bid` and `len` come from this completion and the buffer
                         // is recycled only after the borrow ends.
                         match unsafe { bufs.received(bid, len) } {
-                            Some(data) => conn.receive(data, config),
+                            Some(data) => {
+                                if conn.receive(data, config) {
+                                    ready.push_back((key, generation));
+                                }
+                            }
                             None => conn.dead = true,
                         }
                         bufs.recycle(bid);
@@ -633,10 +555,14 @@ impl<S: Service> Worker<S> {
         };
         let fd = types::Fd(conn.stream.as_raw_fd());
         let generation = conn.generation;
-        if !conn.closed {
-            conn.handle(&self.config);
+        if !conn.closed && conn.handle(&self.config) {
+            self.ready.push_back((key, generation));
         }
-        if !conn.closed && !conn.dead && !conn.send_inflight {
+        // A yielded connection's replies wait for its next turns (under the output
+        // high-water mark, which stops its session before it is reached): one send once its
+        // input is drained, not one per yield.
+        let holding = conn.yielded && conn.has_room(&self.config);
+        if !conn.closed && !conn.dead && !conn.send_inflight && !holding {
             if conn.sent == conn.sending.len() {
                 conn.sending.clear();
                 conn.sent = 0;
@@ -735,12 +661,33 @@ impl<S: Service> Worker<S> {
                 send_inflight: false,
                 send_cancelled: false,
                 unprocessed: false,
+                yielded: false,
                 eof: false,
                 closing: false,
                 dead: false,
                 closed: false,
                 last_active: Instant::now(),
             });
+            self.advance(key)?;
+        }
+        Ok(())
+    }
+
+    /// Gives the connections that yielded before this point their next turn, in the order
+    /// they yielded; one that yields again waits for the next round.
+    fn run_yielded(&mut self) -> io::Result<()> {
+        for _ in 0..self.ready.len() {
+            let Some((key, generation)) = self.ready.pop_front() else {
+                break;
+            };
+            let Some(conn) = self
+                .conns
+                .get_mut(key)
+                .filter(|c| c.generation == generation && !c.closed)
+            else {
+                continue;
+            };
+            conn.yielded = false;
             self.advance(key)?;
         }
         Ok(())

@@ -79,6 +79,24 @@ pub(super) fn wait(ring: &IoUring, timeout: Duration) -> io::Result<()> {
     }
 }
 
+/// Submits what is queued without waiting for any completion (a worker with connections
+/// ready to run must not sleep); entering the kernel also runs the completions' task work,
+/// so those that are due show up in the completion queue.
+pub(super) fn submit(ring: &IoUring) -> io::Result<()> {
+    match ring.submit() {
+        Ok(_) => Ok(()),
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EINTR | libc::EBUSY | libc::EAGAIN)
+            ) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Queues `entry`, flushing the submission queue to the kernel when it is full.
 ///
 /// # Safety

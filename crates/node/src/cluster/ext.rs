@@ -10,6 +10,7 @@
 //! - `cluster peek <key>`: this cell's own copy of a key (master or backup), as
 //!   `VALUE <key> <flags> <bytes> <cas>` … `END`, never forwarded (diagnostics, tests).
 
+use cellcache_proto::lines;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,9 +24,28 @@ pub fn is_extension(line: &[u8]) -> bool {
     line.starts_with(b"cluster ") || line == b"cluster"
 }
 
-/// Runs an extension command; the reply ends with `END\r\n` or is one line.
-pub async fn run(cl: Arc<Cluster>, line: String) -> Vec<u8> {
+/// Where an extension command came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// The memcached client port: anyone who reaches it.
+    ClientPort,
+    /// A peer-port connection that proved the ring's secret (`cellcache ctl`, `serve --join`).
+    Operator,
+}
+
+/// The reply to a command that changes the ring, sent to the client port of a ring with a
+/// secret: such commands must prove the secret, on the peer port.
+const NEEDS_SECRET: &[u8] = lines::CLIENT_ERROR_NEEDS_SECRET;
+
+/// Runs an extension command; the reply ends with `END\r\n` or is one line. Commands that
+/// change the ring (`join`, `leave`) are refused from the client port of a ring with a
+/// secret.
+pub async fn run(cl: Arc<Cluster>, line: String, origin: Origin) -> Vec<u8> {
     let words: Vec<&str> = line.split_ascii_whitespace().collect();
+    let changes_the_ring = matches!(words.get(1), Some(&"join") | Some(&"leave"));
+    if changes_the_ring && origin == Origin::ClientPort && cl.secret.is_some() {
+        return NEEDS_SECRET.to_vec();
+    }
     match words.as_slice() {
         ["cluster", "status"] => status(&cl).await.into_bytes(),
         ["cluster", "ranges"] => ranges(&cl).into_bytes(),
@@ -42,14 +62,14 @@ pub async fn run(cl: Arc<Cluster>, line: String) -> Vec<u8> {
                 out.extend_from_slice(item.value);
                 cellcache_proto::write_value_end(&mut out);
             });
-            out.extend_from_slice(b"END\r\n");
+            out.extend_from_slice(lines::END);
             out
         }
         ["cluster", "join", client, peer, rest @ ..] if rest.len() <= 1 => {
             let parent = match rest.first().map(|p| p.parse::<CellId>()) {
                 None => None,
                 Some(Ok(p)) => Some(p),
-                Some(Err(_)) => return b"CLIENT_ERROR bad cell id\r\n".to_vec(),
+                Some(Err(_)) => return lines::CLIENT_ERROR_BAD_CELL_ID.to_vec(),
             };
             let address = CellAddress {
                 client: client.to_string(),
@@ -63,20 +83,31 @@ pub async fn run(cl: Arc<Cluster>, line: String) -> Vec<u8> {
                     out.extend_from_slice(b"\r\n");
                     out
                 }
-                Err(e) => format!("SERVER_ERROR join refused: {e}\r\n").into_bytes(),
+                Err(e) => server_error(&format!("join refused: {e}")),
             }
         }
         ["cluster", "leave", cell] => match cell.parse::<CellId>() {
             Ok(id) => match cl.leave(id).await {
-                Ok(map) => format!("OK {}\r\n", map.epoch()).into_bytes(),
-                Err(e) => format!("SERVER_ERROR leave refused: {e}\r\n").into_bytes(),
+                Ok(map) => {
+                    let mut out = Vec::new();
+                    lines::write_ok_with(&mut out, map.epoch().to_string().as_bytes());
+                    out
+                }
+                Err(e) => server_error(&format!("leave refused: {e}")),
             },
-            Err(_) => b"CLIENT_ERROR bad cell id\r\n".to_vec(),
+            Err(_) => lines::CLIENT_ERROR_BAD_CELL_ID.to_vec(),
         },
         _ => {
             b"CLIENT_ERROR unknown cluster command (status, ranges, peek, join, leave)\r\n".to_vec()
         }
     }
+}
+
+/// `SERVER_ERROR <text>`.
+fn server_error(text: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    cellcache_proto::Response::ServerError(text.as_bytes()).encode(&mut out);
+    out
 }
 
 /// `STAT name value` lines of a `stats` reply, as (name, value).
@@ -90,7 +121,7 @@ fn stat<'a>(reply: &'a str, name: &str) -> Option<&'a str> {
 }
 
 async fn status(cl: &Arc<Cluster>) -> String {
-    let map = cl.ring.lock().map().clone();
+    let map = cl.lock_ring().map().clone();
     let (voters, learners, leader) = match cl.raft.get() {
         Some(r) => {
             use cellcache_cluster::Consensus;
@@ -187,16 +218,12 @@ async fn status(cl: &Arc<Cluster>) -> String {
 
 /// Items held per range: the master range and each backed-up range.
 fn ranges(cl: &Arc<Cluster>) -> String {
-    let map = cl.ring.lock().map().clone();
+    let map = cl.lock_ring().map().clone();
     let mut out = String::new();
     let now = cl.cell.now();
     let count = |r: cellcache_cluster::HashRange| {
         let mut n = 0u64;
-        cl.cell.store.for_each_in_range(
-            cellcache_store::HashRange::new(r.start, r.end),
-            now,
-            |_| n += 1,
-        );
+        cl.cell.store.for_each_in_range(r, now, |_| n += 1);
         n
     };
     if let Some(r) = map.cell(&cl.me).and_then(|c| c.range) {

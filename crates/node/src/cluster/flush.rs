@@ -106,7 +106,7 @@ impl PendingFlushes {
 impl Cluster {
     /// The range this cell masters now, if it is Active.
     fn master_range(&self) -> Option<HashRange> {
-        let ring = self.ring.lock();
+        let ring = self.lock_ring();
         ring.map()
             .cell(&self.me)
             .filter(|c| c.state == CellState::Active)
@@ -123,7 +123,7 @@ impl Cluster {
         if delay_secs == 0 {
             self.flushes.lock().flushed(master);
             self.stats.flushes.fetch_add(1, Ordering::Relaxed);
-            self.cell.store.flush_range(store_range(master));
+            self.cell.store.flush_range(master);
         } else {
             let at = now.saturating_add(delay_secs);
             self.flushes.lock().schedule(master, at);
@@ -142,7 +142,7 @@ impl Cluster {
         if at_unix_secs == 0 {
             self.flushes.lock().flushed(range);
             self.stats.flushes_applied.fetch_add(1, Ordering::Relaxed);
-            let dropped = self.cell.store.drop_range_if(store_range(range), flushable);
+            let dropped = self.cell.store.drop_range_if(range, flushable);
             tracing::debug!(%range, dropped, "replicated flush applied");
         } else {
             self.flushes.lock().schedule(range, at_unix_secs);
@@ -157,7 +157,7 @@ impl Cluster {
         }
         let now = self.cell.now();
         let held: Vec<HashRange> = {
-            let ring = self.ring.lock();
+            let ring = self.lock_ring();
             let map = ring.map();
             let mine = map.cell(&self.me).and_then(|c| c.range);
             mine.into_iter()
@@ -171,7 +171,7 @@ impl Cluster {
         for range in due {
             tracing::info!(%range, "delayed flush_all taking effect");
             self.stats.flushes.fetch_add(1, Ordering::Relaxed);
-            self.cell.store.flush_range(store_range(range));
+            self.cell.store.flush_range(range);
         }
         self.flushes
             .lock()
@@ -189,16 +189,6 @@ impl Cluster {
             self.repl.push_flush(range, at);
         }
     }
-}
-
-/// The store's name for a ring range.
-pub fn store_range(r: HashRange) -> cellcache_store::HashRange {
-    cellcache_store::HashRange::new(r.start, r.end)
-}
-
-/// The ring's name for a store range.
-pub fn ring_range(r: cellcache_store::HashRange) -> HashRange {
-    HashRange::new(r.start, r.end)
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 //!
 //! The leader vets a crash suspicion before proposing it ([`vet`]): it probes the suspect
 //! itself and through a third cell, so one broken link between a cell and its successor
-//! does not evict a healthy successor (issue 7, C9).
+//! does not evict a healthy successor (tested in `crates/cli/tests/failures/partitions.rs`).
 
 use std::sync::{Arc, Weak};
 
@@ -109,7 +109,12 @@ pub async fn handle(cl: Arc<Cluster>, payload: Vec<u8>) -> Vec<u8> {
                 return vec![NOT_LEADER];
             }
             if let Err(why) = vet(&cl, &p).await {
-                return [&[FAILED][..], REFUTED_PREFIX.as_bytes(), why.as_bytes()].concat();
+                return [
+                    &[FAILED][..],
+                    REFUTED_PREFIX.as_bytes(),
+                    why.to_string().as_bytes(),
+                ]
+                .concat();
             }
             match raft.propose(p).await {
                 Ok(map) => [&[OK][..], &map.encode()].concat(),
@@ -202,25 +207,28 @@ async fn probe_through(cl: &Arc<Cluster>, helper: &CellId, suspect: &CellId) -> 
 /// the leader itself raised the suspicion: its own probe would use the very link that
 /// failed. A proposal to evict the leader is refused outright: the leader deciding it is
 /// alive, and the proposer reached it (if it is dead, a new leader decides instead).
-pub async fn vet(cl: &Arc<Cluster>, p: &Proposal) -> Result<(), String> {
+pub async fn vet(cl: &Arc<Cluster>, p: &Proposal) -> Result<(), SuspicionRefuted> {
     let Some(cell) = suspect(p) else {
         return Ok(());
     };
     if cl.config.indirect_probe_timeout_ms == 0 {
         return Ok(());
     }
-    let refuted = |how: &str| {
+    let refuted = |how: &'static str| {
         cl.stats
             .suspicions_refuted
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::info!(suspect = %cell, how, "suspicion refuted");
-        Err(format!("suspect {cell} is alive: {how}"))
+        Err(SuspicionRefuted {
+            suspect: cell.clone(),
+            how,
+        })
     };
     if *cell == cl.me {
         return refuted("it is the leader deciding");
     }
     let helper = {
-        let ring = cl.ring.lock();
+        let ring = cl.lock_ring();
         ring.map()
             .active_cells()
             .map(|c| c.id.clone())
@@ -242,6 +250,15 @@ pub async fn vet(cl: &Arc<Cluster>, p: &Proposal) -> Result<(), String> {
     }
     tracing::info!(suspect = %cell, helper = ?helper, "suspicion confirmed: no probe was answered");
     Ok(())
+}
+
+/// A crash suspicion the leader's probes refuted: the suspect is alive.
+#[derive(Debug, thiserror::Error)]
+#[error("suspect {suspect} is alive: {how}")]
+pub struct SuspicionRefuted {
+    pub suspect: CellId,
+    /// How it showed it is alive.
+    pub how: &'static str,
 }
 
 /// Why a proposal did not commit.
@@ -270,7 +287,7 @@ pub async fn propose(
         match raft.leader() {
             Some(l) if l == raft.id() => {
                 if let Err(why) = vet(cl, &p).await {
-                    return Err(ProposeError::Refused(why));
+                    return Err(ProposeError::Refused(why.to_string()));
                 }
                 match raft.propose(p.clone()).await {
                     Ok(map) => return Ok(map),

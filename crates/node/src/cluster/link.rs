@@ -11,19 +11,28 @@
 //! connect timeout. A peer that stops answering without closing the connection (paused,
 //! or cut off by a partition: no FIN, no RST) is noticed by its overdue replies: when a
 //! request has waited `reply_timeout`, the connection is dropped and every request still
-//! waiting fails, so callers re-route instead of waiting for TCP to give up.
+//! waiting fails, so callers re-route instead of waiting for TCP to give up — except what
+//! may have reached the peer and must not run twice ([`LinkError::may_have_arrived`]).
+//!
+//! Every queue is bounded in bytes by a [`Budget`] (`cluster.peer_queue_bytes_max`): a
+//! link whose queue is full refuses a request at once ([`LinkError::Busy`], never sent, so
+//! the caller may route it again) and drops a one-way frame (heartbeats and map pushes are
+//! repeated or fetched); the peer listener uses one for the replies it owes a connection.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use cellcache_cluster::auth::Secret;
 use cellcache_cluster::wire::{self, Decoded, FrameKind, WireConfig};
 use cellcache_cluster::{CellId, wire::payload};
 use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
+
+use super::handshake::{self, HandshakeError};
 
 /// After a failed connect, submissions fail at once for this long.
 const RECONNECT_BACKOFF: Duration = Duration::from_millis(100);
@@ -59,6 +68,17 @@ pub enum LinkError {
     Silent(String, Duration),
     #[error("frame refused by the codec: {0}")]
     Encode(String),
+    #[error("peer {0}: {1} bytes already queued for it")]
+    Busy(String, usize),
+}
+
+impl LinkError {
+    /// Whether the request may have reached the peer (and been applied there): it was
+    /// written to a connection that was then lost, or left unanswered past the timeout.
+    /// Such a request is safe to send again only if running it twice does no harm.
+    pub fn may_have_arrived(&self) -> bool {
+        matches!(self, LinkError::Lost | LinkError::Silent(..))
+    }
 }
 
 /// Called once with a request's outcome, on the peer runtime.
@@ -72,11 +92,73 @@ struct Outgoing {
     reply: Option<Reply>,
 }
 
-/// How long a link waits for a connection, and for a reply before it gives the peer up.
-#[derive(Debug, Clone, Copy)]
-pub struct LinkTimeouts {
+/// How long a link waits for a connection, its handshake, and a reply before it gives the
+/// peer up; how many bytes it queues for the peer (see [`Budget`]); the ring's secret, if
+/// any, it proves on every connection ([`super::handshake`]).
+#[derive(Debug, Clone)]
+pub struct LinkConfig {
     pub connect: Duration,
+    pub handshake: Duration,
     pub reply: Duration,
+    pub queue_bytes_max: usize,
+    pub secret: Option<Secret>,
+}
+
+/// Bytes queued between threads and not yet taken by the task that writes them: the bound
+/// of a queue whose senders must never block (I/O workers, reply callbacks). One frame is
+/// always accepted by an empty queue, whatever its size, so no frame is refused for good.
+#[derive(Debug)]
+pub struct Budget {
+    queued: AtomicUsize,
+    max: usize,
+    drained: tokio::sync::Notify,
+}
+
+impl Budget {
+    pub fn new(max: usize) -> Arc<Budget> {
+        Arc::new(Budget {
+            queued: AtomicUsize::new(0),
+            max,
+            drained: tokio::sync::Notify::new(),
+        })
+    }
+
+    /// Takes `n` bytes if they fit (or the queue is empty); `false` leaves it unchanged.
+    pub fn try_take(&self, n: usize) -> bool {
+        self.queued
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |q| {
+                (q == 0 || q.saturating_add(n) <= self.max).then_some(q.saturating_add(n))
+            })
+            .is_ok()
+    }
+
+    /// Takes `n` bytes even past the bound: for what must be queued (a reply owed), whose
+    /// producer is throttled instead by [`Budget::below_max`].
+    pub fn take(&self, n: usize) {
+        self.queued.fetch_add(n, Ordering::AcqRel);
+    }
+
+    /// Gives back `n` bytes the writer took off the queue.
+    pub fn release(&self, n: usize) {
+        self.queued.fetch_sub(n, Ordering::AcqRel);
+        self.drained.notify_one();
+    }
+
+    /// Bytes queued now.
+    pub fn queued(&self) -> usize {
+        self.queued.load(Ordering::Acquire)
+    }
+
+    /// Waits until the queue is within its bound.
+    pub async fn below_max(&self) {
+        loop {
+            let drained = self.drained.notified();
+            if self.queued() <= self.max {
+                return;
+            }
+            drained.await;
+        }
+    }
 }
 
 /// The sending half of one peer connection; see the module docs.
@@ -84,6 +166,7 @@ pub struct Link {
     pub to: CellId,
     pub addr: String,
     tx: mpsc::UnboundedSender<Outgoing>,
+    budget: Arc<Budget>,
 }
 
 impl Link {
@@ -96,20 +179,42 @@ impl Link {
         addr: String,
         wire: WireConfig,
         epoch: Arc<AtomicU64>,
-        timeouts: LinkTimeouts,
+        config: LinkConfig,
     ) -> Arc<Link> {
         let (tx, rx) = mpsc::unbounded_channel();
+        let budget = Budget::new(config.queue_bytes_max);
         let task = Task {
             hello,
             addr: addr.clone(),
             wire,
             epoch,
-            connect_timeout: timeouts.connect,
-            reply_timeout: timeouts.reply,
+            connect_timeout: config.connect,
+            handshake_timeout: config.handshake,
+            reply_timeout: config.reply,
+            secret: config.secret,
             next_id: 1,
+            budget: budget.clone(),
         };
         rt.spawn(task.run(rx));
-        Arc::new(Link { to, addr, tx })
+        Arc::new(Link {
+            to,
+            addr,
+            tx,
+            budget,
+        })
+    }
+
+    /// Queues `out` if the budget allows; otherwise hands it back.
+    fn enqueue(&self, out: Outgoing) -> Result<(), (Outgoing, LinkError)> {
+        let n = out.payload.len();
+        if !self.budget.try_take(n) {
+            let queued = self.budget.queued();
+            return Err((out, LinkError::Busy(self.addr.clone(), queued)));
+        }
+        self.tx.send(out).map_err(|e| {
+            self.budget.release(n);
+            (e.0, LinkError::Lost)
+        })
     }
 
     /// Submits a request; `reply` is called exactly once.
@@ -125,10 +230,8 @@ impl Link {
             payload,
             reply: Some(reply),
         };
-        if let Err(e) = self.tx.send(out) {
-            if let Some(r) = e.0.reply {
-                r(Err(LinkError::Lost));
-            }
+        if let Err((out, e)) = self.enqueue(out) {
+            fail(out, e);
         }
     }
 
@@ -156,18 +259,23 @@ impl Link {
         rx.await.unwrap_or(Err(LinkError::Lost))
     }
 
-    /// Submits a one-way frame (no reply expected); dropped if the peer is unreachable.
+    /// Submits a one-way frame (no reply expected); dropped if the peer is unreachable or
+    /// its queue is full.
     pub fn send(&self, kind: FrameKind, payload: Vec<u8>) {
-        let _ = self.tx.send(Outgoing {
+        let out = Outgoing {
             kind,
             epoch: None,
             payload,
             reply: None,
-        });
+        };
+        if let Err((_, e)) = self.enqueue(out) {
+            tracing::debug!(error = %e, ?kind, "one-way frame dropped");
+        }
     }
 }
 
-/// Requests waiting for their reply, by request id, with the time they were queued.
+/// Requests waiting for their reply, by request id, with the time they were queued. Lock
+/// order: a leaf lock, see `Cluster` (a reply is taken out, then called).
 type Pending = Arc<Mutex<HashMap<u64, (Instant, Reply)>>>;
 
 struct Task {
@@ -176,14 +284,19 @@ struct Task {
     wire: WireConfig,
     epoch: Arc<AtomicU64>,
     connect_timeout: Duration,
+    handshake_timeout: Duration,
     reply_timeout: Duration,
+    secret: Option<Secret>,
     next_id: u64,
+    /// The link's queue bound: released as each frame is taken off the channel.
+    budget: Arc<Budget>,
 }
 
 impl Task {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Outgoing>) {
         let mut failed_at: Option<(Instant, String)> = None;
         while let Some(first) = rx.recv().await {
+            self.budget.release(first.payload.len());
             if let Some((at, why)) = &failed_at {
                 if at.elapsed() < RECONNECT_BACKOFF {
                     fail(
@@ -195,7 +308,7 @@ impl Task {
             }
             let stream =
                 tokio::time::timeout(self.connect_timeout, TcpStream::connect(&self.addr)).await;
-            let stream = match stream {
+            let mut stream = match stream {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
                     failed_at = Some((Instant::now(), e.to_string()));
@@ -212,8 +325,23 @@ impl Task {
                     continue;
                 }
             };
-            failed_at = None;
             let _ = stream.set_nodelay(true);
+            let proven = tokio::time::timeout(
+                self.handshake_timeout,
+                handshake::connect(&mut stream, &self.wire, self.secret.as_ref()),
+            )
+            .await
+            .unwrap_or(Err(HandshakeError::TimedOut));
+            if let Err(e) = proven {
+                if failed_at.is_none() {
+                    tracing::warn!(peer = %self.addr, error = %e, "peer handshake failed");
+                }
+                let why = format!("handshake: {e}");
+                failed_at = Some((Instant::now(), why.clone()));
+                fail(first, LinkError::Unreachable(self.addr.clone(), why));
+                continue;
+            }
+            failed_at = None;
             self.serve(stream, first, &mut rx).await;
         }
     }
@@ -231,7 +359,7 @@ impl Task {
         let reader_pending = pending.clone();
         let wire = self.wire;
         tokio::spawn(async move {
-            read_frames(&mut rd, &wire, "link", |frame| {
+            read_frames(&mut rd, &wire, "link", None, |frame| {
                 let reply = reader_pending.lock().remove(&frame.request_id);
                 if let Some((_, reply)) = reply {
                     reply(Ok(frame));
@@ -253,7 +381,10 @@ impl Task {
         loop {
             while out.len() < 256 * 1024 {
                 match rx.try_recv() {
-                    Ok(o) => self.push(o, &mut out, &pending),
+                    Ok(o) => {
+                        self.budget.release(o.payload.len());
+                        self.push(o, &mut out, &pending);
+                    }
                     Err(_) => break,
                 }
             }
@@ -265,7 +396,10 @@ impl Task {
             }
             tokio::select! {
                 o = rx.recv() => match o {
-                    Some(o) => self.push(o, &mut out, &pending),
+                    Some(o) => {
+                        self.budget.release(o.payload.len());
+                        self.push(o, &mut out, &pending);
+                    }
                     None => break,
                 },
                 _ = &mut closed_rx => break,
@@ -317,17 +451,22 @@ impl Task {
 /// Reads frames from one peer connection until it closes, fails or sends a bad frame, or
 /// `on_frame` returns `false`; each complete frame is handed over owned, in arrival order.
 /// Both directions of the peer plane use it: a [`Link`] for replies, the peer listener for
-/// requests.
+/// requests. With a `gate`, nothing more is read while the gate's queue is over its bound
+/// (the peer listener's replies owed: a peer that does not read them is not read either).
 pub async fn read_frames(
     rd: &mut (impl tokio::io::AsyncRead + Unpin),
     wire: &WireConfig,
     side: &'static str,
+    gate: Option<&Budget>,
     mut on_frame: impl FnMut(OwnedFrame) -> bool,
 ) {
     const READ_CHUNK_BYTES: usize = 64 * 1024;
     let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
     loop {
+        if let Some(gate) = gate {
+            gate.below_max().await;
+        }
         let n = match rd.read(&mut chunk).await {
             Ok(0) | Err(_) => return,
             Ok(n) => n,
@@ -359,15 +498,85 @@ fn fail(o: Outgoing, e: LinkError) {
     }
 }
 
+/// A cell's links to its peers, made on first use from the map.
+impl super::Cluster {
+    /// The control link to `to`: forwarded requests, ring messages, consensus, maps.
+    /// `None` if `to` is not a live cell of the installed map.
+    pub fn link(&self, to: &CellId) -> Option<Arc<Link>> {
+        self.link_on(to, Channel::Control)
+    }
+
+    /// The bulk link to `to`: replication and snapshot streams, so that a busy stream never
+    /// queues a forwarded request, a heartbeat or a lease grant behind its chunks.
+    pub fn bulk_link(&self, to: &CellId) -> Option<Arc<Link>> {
+        self.link_on(to, Channel::Bulk)
+    }
+
+    /// The link to `to` on `channel`, created on first use from its address in the map.
+    /// None for a cell the map no longer has or declared dead: its address may now belong
+    /// to a new process (a restarted cell rejoins as a new cell at the same address), which
+    /// must never be taken for the old one; the fault tests found a consensus leader
+    /// replicating its log to such a process as if it were the departed member, and
+    /// panicking on its empty log.
+    fn link_on(&self, to: &CellId, channel: Channel) -> Option<Arc<Link>> {
+        let addr = {
+            let ring = self.lock_ring();
+            ring.map()
+                .cell(to)
+                .filter(|c| c.state != cellcache_cluster::CellState::Dead)
+                .map(|c| c.address.peer.clone())
+        };
+        let mut links = self.links.lock();
+        let key = (to.clone(), channel);
+        let Some(addr) = addr else {
+            links.retain(|(c, _), _| c != to);
+            return None;
+        };
+        if let Some(l) = links.get(&key) {
+            if l.addr == addr {
+                return Some(l.clone());
+            }
+        }
+        let link = Link::start(
+            &self.handle,
+            cellcache_cluster::wire::payload::Hello {
+                cell: self.me.clone(),
+                ring: self.ring_id,
+                client: self.address.client.clone(),
+            },
+            to.clone(),
+            addr,
+            self.config.wire,
+            self.epoch.clone(),
+            LinkConfig {
+                connect: Duration::from_millis(self.config.peer_connect_timeout_ms),
+                handshake: Duration::from_millis(self.config.peer_handshake_timeout_ms),
+                reply: Duration::from_millis(self.config.peer_reply_timeout_ms),
+                queue_bytes_max: self.config.peer_queue_bytes_max,
+                secret: self.secret.clone(),
+            },
+        );
+        links.insert(key, link.clone());
+        Some(link)
+    }
+}
+
+/// The two connections a cell keeps to each peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Channel {
+    /// Requests, replies, ring messages, consensus: small frames that must not wait.
+    Control,
+    /// Replication and snapshot streams: throughput, one batch in flight per target.
+    Bulk,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A peer that accepts, reads everything and never answers (a paused or cut-off cell
-    /// whose kernel still holds the connection): the request must fail once it is overdue,
-    /// not wait for TCP to give up.
-    #[test]
-    fn a_silent_peer_fails_its_requests_after_the_reply_timeout() {
+    /// A one-thread runtime and a loopback listener on it (a peer the test plays), with
+    /// its address.
+    fn runtime_and_listener() -> (tokio::runtime::Runtime, tokio::net::TcpListener, String) {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -377,6 +586,43 @@ mod tests {
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
             .expect("bind");
         let addr = listener.local_addr().expect("addr").to_string();
+        (rt, listener, addr)
+    }
+
+    /// A link from cell 1 to cell 2 at `addr`, without a secret.
+    fn test_link(
+        rt: &tokio::runtime::Runtime,
+        addr: String,
+        reply: Duration,
+        queue_bytes_max: usize,
+    ) -> Arc<Link> {
+        Link::start(
+            rt.handle(),
+            payload::Hello {
+                cell: CellId::whole(1),
+                ring: 1,
+                client: "127.0.0.1:1".into(),
+            },
+            CellId::whole(2),
+            addr,
+            WireConfig::default(),
+            Arc::new(AtomicU64::new(1)),
+            LinkConfig {
+                connect: Duration::from_secs(5),
+                handshake: Duration::from_secs(5),
+                reply,
+                queue_bytes_max,
+                secret: None,
+            },
+        )
+    }
+
+    /// A peer that accepts, reads everything and never answers (a paused or cut-off cell
+    /// whose kernel still holds the connection): the request must fail once it is overdue,
+    /// not wait for TCP to give up.
+    #[test]
+    fn a_silent_peer_fails_its_requests_after_the_reply_timeout() {
+        let (rt, listener, addr) = runtime_and_listener();
         rt.spawn(async move {
             let mut held = Vec::new();
             while let Ok((mut stream, _)) = listener.accept().await {
@@ -393,22 +639,7 @@ mod tests {
                 held.push(rx);
             }
         });
-        let link = Link::start(
-            rt.handle(),
-            payload::Hello {
-                cell: CellId::whole(1),
-                ring: 1,
-                client: "127.0.0.1:1".into(),
-            },
-            CellId::whole(2),
-            addr,
-            WireConfig::default(),
-            Arc::new(AtomicU64::new(1)),
-            LinkTimeouts {
-                connect: Duration::from_secs(5),
-                reply: Duration::from_millis(200),
-            },
-        );
+        let link = test_link(&rt, addr, Duration::from_millis(200), 1 << 20);
         let outcome = rt.block_on(async {
             tokio::time::timeout(
                 Duration::from_secs(30),
@@ -431,5 +662,136 @@ mod tests {
             .await
         });
         assert!(matches!(again, Ok(Err(LinkError::Silent(..)))), "{again:?}");
+    }
+
+    #[test]
+    fn a_budget_bounds_what_is_queued_but_always_takes_one_frame() {
+        let b = Budget::new(100);
+        assert!(b.try_take(500), "an empty queue takes any one frame");
+        assert!(!b.try_take(1), "past the bound");
+        b.release(500);
+        assert!(b.try_take(60));
+        assert!(b.try_take(40));
+        assert!(!b.try_take(1));
+        assert_eq!(b.queued(), 100);
+        b.take(50);
+        assert_eq!(
+            b.queued(),
+            150,
+            "what must be queued is counted past the bound"
+        );
+        b.release(150);
+        assert_eq!(b.queued(), 0);
+    }
+
+    #[test]
+    fn below_max_waits_for_the_writer_to_drain() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let b = Budget::new(10);
+        b.take(30);
+        let waiter = b.clone();
+        rt.block_on(async move {
+            let wait = tokio::spawn(async move { waiter.below_max().await });
+            tokio::task::yield_now().await;
+            assert!(!wait.is_finished(), "over the bound: waits");
+            b.release(15);
+            tokio::task::yield_now().await;
+            assert!(!wait.is_finished(), "still over the bound");
+            b.release(10);
+            tokio::time::timeout(Duration::from_secs(10), wait)
+                .await
+                .expect("woken once within the bound")
+                .expect("the waiting task");
+        });
+    }
+
+    /// A peer that accepts but never reads: the kernel's buffers fill, the link's writer
+    /// blocks, and past `queue_bytes_max` new requests fail at once with `Busy` instead of
+    /// queueing without end.
+    #[test]
+    fn a_peer_that_reads_nothing_gets_busy_requests_not_an_endless_queue() {
+        let (rt, listener, addr) = runtime_and_listener();
+        rt.spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                held.push(stream);
+            }
+        });
+        const QUEUE_MAX: usize = 1 << 20;
+        const FRAME: usize = 16 * 1024;
+        let link = test_link(&rt, addr, Duration::from_secs(600), QUEUE_MAX);
+        let busy = Arc::new(AtomicU64::new(0));
+        let mut most_queued = 0;
+        // 64 MiB offered, far past what loopback's socket buffers hold.
+        for _ in 0..4_096 {
+            let refused = busy.clone();
+            link.request(
+                FrameKind::ForwardRequest,
+                vec![b'x'; FRAME],
+                Box::new(move |r| {
+                    if let Err(LinkError::Busy(..)) = r {
+                        refused.fetch_add(1, Ordering::Relaxed);
+                    }
+                }),
+            );
+            most_queued = most_queued.max(link.budget.queued());
+            if busy.load(Ordering::Relaxed) > 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        assert!(busy.load(Ordering::Relaxed) > 0, "no request was refused");
+        assert!(most_queued <= QUEUE_MAX, "{most_queued} bytes queued");
+    }
+
+    /// The peer listener's gate: while the replies a connection owes are queued past the
+    /// bound, nothing more is read from it; once the writer drains them, reading resumes.
+    #[test]
+    fn read_frames_reads_nothing_while_its_gate_is_over_the_bound() {
+        use tokio::io::AsyncWriteExt as _;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let (mut peer, mut rd) = tokio::io::duplex(64 * 1024);
+            let owed = Budget::new(10);
+            owed.take(100);
+            let seen = Arc::new(AtomicU64::new(0));
+            let (gate, count) = (owed.clone(), seen.clone());
+            let reader = tokio::spawn(async move {
+                read_frames(&mut rd, &WireConfig::default(), "test", Some(&gate), |_| {
+                    count.fetch_add(1, Ordering::Relaxed);
+                    true
+                })
+                .await;
+            });
+            let mut frame = Vec::new();
+            wire::encode(
+                &WireConfig::default(),
+                FrameKind::Heartbeat,
+                1,
+                0,
+                b"x",
+                &mut frame,
+            )
+            .expect("a frame");
+            peer.write_all(&frame).await.expect("written");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            assert_eq!(seen.load(Ordering::Relaxed), 0, "read past the bound");
+            owed.release(100);
+            tokio::time::timeout(Duration::from_secs(10), async {
+                while seen.load(Ordering::Relaxed) == 0 {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            })
+            .await
+            .expect("the frame is read once the replies drained");
+            drop(peer);
+            reader.await.expect("the reader ends with the connection");
+        });
     }
 }

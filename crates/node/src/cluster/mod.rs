@@ -10,20 +10,28 @@
 //! request path ([`route`]) reads the ring under a short lock to decide where a request
 //! runs, and hands forwarded work to the runtime without ever blocking an engine worker.
 
+mod counters;
 pub mod ext;
 pub mod flush;
 pub mod group;
+pub mod handshake;
+mod join;
+pub use join::{invite, peer_address_of};
+pub use slot::Slot;
 pub mod link;
+pub use link::Channel;
+mod membership;
 pub mod order;
 pub mod repl;
 pub mod restart;
 pub mod route;
 pub mod server;
+mod slot;
+mod split;
 pub mod stats;
 
 use std::collections::{BTreeSet, HashMap};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -39,60 +47,89 @@ use parking_lot::Mutex;
 
 use crate::cell::Cell;
 use crate::config::ClusterConfig;
+pub use counters::ClusterCounters;
+use counters::ClusterStats;
 use link::Link;
 use repl::Replicator;
 
-/// Cluster counters for `stats` and `ctl status`.
-#[derive(Debug, Default)]
-pub struct ClusterStats {
-    pub forwarded: AtomicU64,
-    pub refused: AtomicU64,
-    pub unavailable: AtomicU64,
-    pub replicate_refused: AtomicU64,
-    pub maps_installed: AtomicU64,
-    /// Crash suspicions this cell, as the consensus leader, refused because the suspect
-    /// answered its probe ([`group::vet`]).
-    pub suspicions_refuted: AtomicU64,
-    /// Replicated items that arrived in parts (values over `replication_chunk_bytes`) and
-    /// were rebuilt and stored.
-    pub values_rebuilt: AtomicU64,
-    /// Snapshot streams started as a division's parent (a restart counts again).
-    pub handoff_streams: AtomicU64,
-    /// Snapshot streams started to re-replicate a range to a backup.
-    pub resync_streams: AtomicU64,
-    /// Flushes of this cell's master range (a client's `flush_all`, or a delayed one due).
-    pub flushes: AtomicU64,
-    /// Flush records applied as a backup (one per flush of each master this cell backs up).
-    pub flushes_applied: AtomicU64,
-}
-
 /// This cell's membership of a ring; see the module docs.
+///
+/// # Lock order
+///
+/// The node's locks (all `parking_lot`), with the store's shard locks, in one rank: a lock
+/// may only be taken while holding locks ranked before it. The arrows say which nestings
+/// exist (directly, or through a call made while the guard is alive).
+///
+/// 1. `Cluster::applied`: a replication receiver applies a batch under it (`server`):
+///    store writes (→ 2, and through the change feed 3, 5, 6) and replicated flushes
+///    (→ 7). What it needs of the map (`keep`, `flushable`) is copied out of the ring
+///    before it is taken, never read under it.
+/// 2. A store shard lock (`cellcache_store::Store`): several at once only in
+///    `Store::flush_range`, every shard in index order. The change feed calls
+///    `Replicator::record` under it (→ 3, 5, 6), and `Replicator::stream` pushes scanned
+///    items from inside the scan, under it (→ 5). Read callbacks take no lock.
+/// 3. `Replicator::layout`: takes `policy` under it (→ 6); released before a target's
+///    state is locked.
+/// 4. `Replicator::waiters`: `check_waiters` reads each position's target under it (→ 5);
+///    waiters complete after it is released.
+/// 5. `Target::state` (`repl/target.rs`): one target at a time; takes nothing.
+/// 6. `Replicator::policy`: takes nothing.
+/// 7. `Cluster::flushes`: takes nothing (a flush reaches the store after it is released).
+/// 8. Leaf locks, never held with any other lock and taking none: `Cluster::ring`
+///    ([`Cluster::lock_ring`]), `links`, `raft_ids`, `streams`, `membership`; the
+///    [`order::Order`] state; in `route` a forward's `Flight`, its reply-once cell and a
+///    `Gather`'s state; a link's `Pending` replies; `ConnRegistry`'s `conns` and
+///    `listeners`; `Detail`'s `table`; [`Slot`]'s `runtime` and `standby_repl`;
+///    `conn::Slot`'s `reply`.
+///
+/// No guard is held across an `.await` (parking_lot's guards are not `Send`, so a spawned
+/// future holding one does not compile, and clippy's `await_holding_lock` is an error
+/// under `-D warnings`), nor while a completion callback (`Done`, a link's `Reply`, a
+/// waiter's) runs: those may fill a connection's slot or route a request anew. The
+/// consensus group's own locks (`cellcache_cluster`) are never taken under one of these.
 pub struct Cluster {
-    pub me: CellId,
+    /// This cell's id. Set at start, never changed.
+    pub(crate) me: CellId,
     /// The ring's identity ([`ClusterMap::ring`]): peers of another ring are refused.
-    pub ring_id: u64,
-    pub address: CellAddress,
-    pub config: ClusterConfig,
-    pub cell: Arc<Cell>,
-    pub handle: tokio::runtime::Handle,
-    pub ring: Mutex<Ring>,
-    /// The installed map's epoch, stamped on every frame.
-    pub epoch: Arc<AtomicU64>,
-    pub repl: Arc<Replicator>,
-    pub raft: OnceLock<RaftGroup>,
-    pub stats: ClusterStats,
-    /// Replication receiver: highest sequence applied per sending master, per lane.
-    pub applied: Mutex<HashMap<CellId, Applied>>,
-    /// Outbound links by peer and [`Channel`].
+    ring_id: u64,
+    /// The ring's secret (`cluster.secret_file`), proved on every peer connection; `None`:
+    /// the peer plane is open (logged at start).
+    secret: Option<cellcache_cluster::auth::Secret>,
+    address: CellAddress,
+    /// Set at start, never changed.
+    pub(crate) config: ClusterConfig,
+    cell: Arc<Cell>,
+    /// The peer runtime, where work leaves the calling thread.
+    pub(crate) handle: tokio::runtime::Handle,
+    /// Locked only through [`Cluster::lock_ring`], whose doc says what may be done under it.
+    /// Lock order: a leaf lock (see [`Cluster`]).
+    ring: Mutex<Ring>,
+    /// The installed map's epoch, stamped on every frame: stored only by
+    /// [`Cluster::install_map`], under the ring lock, with the map; read through
+    /// [`Cluster::epoch`] (tasks stamping frames, a link's or the listener's writer, load
+    /// their clone of it).
+    epoch: Arc<AtomicU64>,
+    repl: Arc<Replicator>,
+    raft: OnceLock<RaftGroup>,
+    stats: ClusterStats,
+    /// Replication receiver: highest sequence applied per sending master, per lane. Lock
+    /// order: first of all, see [`Cluster`].
+    applied: Mutex<HashMap<CellId, server::Applied>>,
+    /// Outbound links by peer and [`Channel`]. Lock order: a leaf lock, see [`Cluster`].
     links: Mutex<HashMap<(CellId, Channel), Arc<Link>>>,
+    /// Consensus node ids to cells. Lock order: a leaf lock, see [`Cluster`].
     raft_ids: Mutex<HashMap<u64, CellId>>,
+    /// Snapshot streams running, by target and range. Lock order: a leaf lock, see
+    /// [`Cluster`].
     streams: Mutex<BTreeSet<(CellId, (u64, u64))>>,
     reconciling: AtomicBool,
     /// This cell is leaving the ring: it stops the process once removed from the map.
     leaving: AtomicBool,
-    /// Delayed `flush_all`s this cell must keep or may have to (see [`flush`]).
+    /// Delayed `flush_all`s this cell must keep or may have to (see [`flush`]). Lock order:
+    /// after `applied`, see [`Cluster`].
     flushes: Mutex<flush::PendingFlushes>,
-    /// What the membership file says now (see [`restart`]).
+    /// What the membership file says now (see [`restart`]). Lock order: a leaf lock, see
+    /// [`Cluster`].
     membership: Mutex<Option<restart::Membership>>,
     /// Per-key order of routed requests (see [`order`]).
     order: order::Order,
@@ -105,18 +142,35 @@ impl Cluster {
         self.clock.elapsed().as_millis() as u64 + 1
     }
 
+    /// The installed map's epoch, without a lock. It changes only with the map, in
+    /// [`Cluster::install_map`], before that map's outputs (trims included) are executed.
     pub fn epoch(&self) -> u64 {
         self.epoch.load(Ordering::Acquire)
     }
 
+    /// Locks the ring state machine, which holds the installed map.
+    ///
+    /// Under it: read the map and decide from it (owners, `can_serve`, backups, copies of
+    /// what is needed later), step the ring (`tick`, `step`, `map_confirmed`,
+    /// `handoff_caught_up`, `resync_done`, `resync_received`) and `drain_outputs`. Not under
+    /// it: another lock (the ring's is a leaf lock, see [`Cluster`]), the store, a link, an
+    /// `.await`, or [`Cluster::process`] (the drained outputs run after it is released);
+    /// and no `Ring::install_map`: [`Cluster::install_map`] is the one place a map is
+    /// installed, so that the map and [`Cluster::epoch`] change together. The request path
+    /// takes it for every keyed request ([`route::place`]): hold it briefly.
+    fn lock_ring(&self) -> parking_lot::MutexGuard<'_, Ring> {
+        self.ring.lock()
+    }
+
     /// Joins through `join` (as a division of `parent`, default the largest range) or, with
     /// `join` empty, bootstraps; starts the peer plane and the consensus group, and installs
-    /// the result in `cell.cluster`. Blocks until the cell has a map it is part of.
+    /// the result in `slot`. Blocks until the cell has a map it is part of.
     pub fn start(
         cell: Arc<Cell>,
         repl: Arc<Replicator>,
         join: &str,
         parent: Option<&CellId>,
+        slot: &Slot,
     ) -> anyhow::Result<Arc<Cluster>> {
         let config = cell.config.cluster.clone();
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -125,8 +179,9 @@ impl Cluster {
             .enable_all()
             .build()
             .context("starting the peer runtime")?;
+        let secret = handshake::load_secret(&config.secret_file)?;
         let client = cell.config.server.addr();
-        let peer_listener = bind_peer(client, config.peer_port)?;
+        let peer_listener = join::bind_peer(client, config.peer_port)?;
         let peer = peer_listener.local_addr()?;
         let host = if config.advertise_host.is_empty() {
             client.ip().to_string()
@@ -142,6 +197,13 @@ impl Cluster {
             peer: join_host(peer.port()),
         };
         tracing::info!(client = %address.client, peer = %address.peer, "peer listener bound");
+        if secret.is_none() {
+            tracing::warn!(
+                peer = %address.peer,
+                "no cluster secret (cluster.secret_file, --cluster-secret-file): anyone who \
+                 reaches the peer port can act as a cell of this ring; see docs/security.md"
+            );
+        }
         // A first cell restarted with its original command line rejoins its ring, if that is
         // still alive, instead of starting a second one (see `restart`).
         let rejoin = if join.is_empty() {
@@ -161,17 +223,19 @@ impl Cluster {
                 me.clone(),
                 address.clone(),
                 config.replication_factor,
-                new_ring_id(),
+                join::new_ring_id(),
             )
             .context("bootstrap map")?;
             (me, map, true)
         } else {
-            let map = join_ring(
+            let map = join::join_ring(
                 join,
                 &address,
                 parent,
                 config.request_timeout_ms,
                 &cell.shutdown,
+                secret.as_ref(),
+                &config.wire,
             )?;
             let me = map
                 .cells()
@@ -187,6 +251,7 @@ impl Cluster {
         let cluster = Arc::new(Cluster {
             me: me.clone(),
             ring_id: map.ring(),
+            secret,
             address,
             config: config.clone(),
             cell,
@@ -224,12 +289,13 @@ impl Cluster {
             anyhow::Ok(raft)
         })?;
         let _ = cluster.raft.set(raft);
-        let outputs = cluster.ring.lock().drain_outputs();
+        let outputs = cluster.lock_ring().drain_outputs();
         cluster.refresh_layout();
         cluster.process(outputs);
         runtime.spawn(cluster.clone().drive());
-        let _ = cluster.cell.cluster.set(cluster.clone());
-        *cluster.cell.cluster_runtime.lock() = Some(runtime);
+        let _ = slot.cluster.set(cluster.clone());
+        *slot.runtime.lock() = Some(runtime);
+        let _ = cluster.cell.ring_figures.set(cluster.clone());
         Ok(cluster)
     }
 
@@ -238,7 +304,7 @@ impl Cluster {
     /// a range to a new cell or a backup. Empty when it is simply serving.
     pub fn in_progress(&self) -> Vec<String> {
         let mut work = Vec::new();
-        let state = self.ring.lock().map().cell(&self.me).map(|c| c.state);
+        let state = self.lock_ring().map().cell(&self.me).map(|c| c.state);
         match state {
             Some(CellState::Joining) => {
                 work.push("joining the ring (its range had not all arrived)".to_string())
@@ -270,63 +336,6 @@ impl Cluster {
         self.raft_ids.lock().get(&id).cloned()
     }
 
-    /// The control link to `to`: forwarded requests, ring messages, consensus, maps.
-    /// `None` if `to` is not a live cell of the installed map.
-    pub fn link(&self, to: &CellId) -> Option<Arc<Link>> {
-        self.link_on(to, Channel::Control)
-    }
-
-    /// The bulk link to `to`: replication and snapshot streams, so that a busy stream never
-    /// queues a forwarded request, a heartbeat or a lease grant behind its chunks.
-    pub fn bulk_link(&self, to: &CellId) -> Option<Arc<Link>> {
-        self.link_on(to, Channel::Bulk)
-    }
-
-    /// The link to `to` on `channel`, created on first use from its address in the map.
-    /// None for a cell the map no longer has or declared dead: its address may now belong
-    /// to a new process (a restarted cell rejoins as a new cell at the same address), which
-    /// must never be taken for the old one; the fault tests found a consensus leader
-    /// replicating its log to such a process as if it were the departed member, and
-    /// panicking on its empty log.
-    fn link_on(&self, to: &CellId, channel: Channel) -> Option<Arc<Link>> {
-        let addr = {
-            let ring = self.ring.lock();
-            ring.map()
-                .cell(to)
-                .filter(|c| c.state != CellState::Dead)
-                .map(|c| c.address.peer.clone())
-        };
-        let mut links = self.links.lock();
-        let key = (to.clone(), channel);
-        let Some(addr) = addr else {
-            links.retain(|(c, _), _| c != to);
-            return None;
-        };
-        if let Some(l) = links.get(&key) {
-            if l.addr == addr {
-                return Some(l.clone());
-            }
-        }
-        let link = Link::start(
-            &self.handle,
-            cellcache_cluster::wire::payload::Hello {
-                cell: self.me.clone(),
-                ring: self.ring_id,
-                client: self.address.client.clone(),
-            },
-            to.clone(),
-            addr,
-            self.config.wire,
-            self.epoch.clone(),
-            link::LinkTimeouts {
-                connect: Duration::from_millis(self.config.peer_connect_timeout_ms),
-                reply: Duration::from_millis(self.config.peer_reply_timeout_ms),
-            },
-        );
-        links.insert(key, link.clone());
-        Some(link)
-    }
-
     /// The ring driver: ticks, installs maps the consensus group committed, expires waits.
     async fn drive(self: Arc<Self>) {
         let mut every = tokio::time::interval(Duration::from_millis(10));
@@ -341,7 +350,7 @@ impl Cluster {
             }
             let now = self.now_ms();
             let outputs = {
-                let mut ring = self.ring.lock();
+                let mut ring = self.lock_ring();
                 ring.tick(now);
                 ring.drain_outputs()
             };
@@ -351,7 +360,7 @@ impl Cluster {
             for t in self.repl.targets() {
                 if t.take_needs_resync() {
                     let (range, handoff) = {
-                        let ring = self.ring.lock();
+                        let ring = self.lock_ring();
                         let map = ring.map();
                         let range = map.cell(&self.me).and_then(|c| c.range);
                         (range, self.children_in(map).contains(&t.to))
@@ -381,18 +390,21 @@ impl Cluster {
     pub fn step(self: &Arc<Self>, m: RingMessage) {
         let now = self.now_ms();
         let outputs = {
-            let mut ring = self.ring.lock();
+            let mut ring = self.lock_ring();
             ring.step(m, now);
             ring.drain_outputs()
         };
         self.process(outputs);
     }
 
-    /// Installs a committed map if it is newer than ours.
+    /// Installs a committed map if it is newer than ours: the one place a map is installed.
+    /// The ring takes it and the epoch is stored under one hold of the ring lock, then the
+    /// outputs run (a trim among them), so whoever sees a data range dropped by the new map
+    /// also sees its epoch (see `route::after`).
     pub fn install_map(self: &Arc<Self>, map: ClusterMap) {
         let now = self.now_ms();
         let outputs = {
-            let mut ring = self.ring.lock();
+            let mut ring = self.lock_ring();
             if map.epoch() <= ring.map().epoch() {
                 return;
             }
@@ -429,7 +441,7 @@ impl Cluster {
     /// mid-division refusing every write of its range until the end of the test.
     fn refresh_layout(self: &Arc<Self>) {
         let (epoch, master, mut targets, children, reachable) = {
-            let ring = self.ring.lock();
+            let ring = self.lock_ring();
             let map = ring.map();
             let me = map.cell(&self.me);
             let active = me.is_some_and(|c| c.state == CellState::Active);
@@ -536,7 +548,7 @@ impl Cluster {
                     self.handle.spawn(async move {
                         if group::confirm(&cl, epoch).await {
                             let outputs = {
-                                let mut ring = cl.ring.lock();
+                                let mut ring = cl.lock_ring();
                                 ring.map_confirmed(epoch, sent_at_ms);
                                 ring.drain_outputs()
                             };
@@ -564,7 +576,7 @@ impl Cluster {
     /// it had been removed and kept every client waiting for the full request timeout.
     fn ask_for_map(self: &Arc<Self>, round: u64) {
         let others: Vec<CellId> = {
-            let ring = self.ring.lock();
+            let ring = self.lock_ring();
             ring.map()
                 .cells()
                 .iter()
@@ -605,11 +617,7 @@ impl Cluster {
         let keep: Vec<HashRange> = std::iter::once(master).chain(backups).collect();
         let dropped: usize = gaps(&keep)
             .into_iter()
-            .map(|g| {
-                self.cell
-                    .store
-                    .drop_range(cellcache_store::HashRange::new(g.start, g.end))
-            })
+            .map(|g| self.cell.store.drop_range(g))
             .sum();
         if dropped > 0 {
             tracing::info!(dropped, "items outside this cell's ranges dropped");
@@ -641,7 +649,7 @@ impl Cluster {
             tracing::info!(to = %to, %range, ok, ms = started.elapsed().as_millis() as u64, "stream finished");
             if ok {
                 let outputs = {
-                    let mut ring = cl.ring.lock();
+                    let mut ring = cl.lock_ring();
                     if handoff {
                         ring.handoff_caught_up(&to);
                     } else {
@@ -667,152 +675,11 @@ impl Cluster {
         }
         tracing::debug!(%from, %range, epoch, "re-replication received");
         let outputs = {
-            let mut ring = self.ring.lock();
+            let mut ring = self.lock_ring();
             ring.resync_received(from);
             ring.drain_outputs()
         };
         self.process(outputs);
-    }
-
-    /// On the leader: makes the consensus group's membership follow the map (new cells
-    /// learn, `Membership::from_map` votes).
-    fn reconcile_membership(self: &Arc<Self>) {
-        if self.reconciling.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let cl = self.clone();
-        self.handle.spawn(async move {
-            for _ in 0..10 {
-                let Some(raft) = cl.raft.get() else { break };
-                if raft.leader() != Some(raft.id()) {
-                    break;
-                }
-                let map = raft.current_map();
-                let want = cellcache_cluster::Membership::from_map(&map, cl.config.voters_max);
-                let have = raft.membership();
-                let mut changed = false;
-                for c in map.cells() {
-                    if !have.voters.contains(&c.id) && !have.learners.contains(&c.id) {
-                        tracing::info!(cell = %c.id, "adding cell to the consensus group as a learner");
-                        let add = raft.add_learner(group::raft_id(&c.id), &c.id);
-                        match tokio::time::timeout(Duration::from_secs(10), add).await {
-                            Ok(Ok(())) => changed = true,
-                            Ok(Err(e)) => tracing::warn!(cell = %c.id, error = %e, "add learner failed"),
-                            Err(_) => tracing::warn!(cell = %c.id, "add learner timed out"),
-                        }
-                    }
-                }
-                if want.voters != raft.membership().voters {
-                    let ids = want.voters.iter().map(group::raft_id).collect();
-                    match raft.change_voters(ids).await {
-                        Ok(()) => {
-                            changed = true;
-                            tracing::info!(voters = ?want.voters, "consensus voters changed");
-                        }
-                        Err(e) => tracing::warn!(error = %e, "changing voters failed"),
-                    }
-                }
-                // Departed cells (kept as learners when they stopped voting) leave the group.
-                let gone: BTreeSet<CellId> = raft
-                    .membership()
-                    .learners
-                    .into_iter()
-                    .filter(|c| !want.learners.contains(c) && !want.voters.contains(c))
-                    .collect();
-                if !gone.is_empty() {
-                    let ids = gone.iter().map(group::raft_id).collect();
-                    match raft.remove_members(ids).await {
-                        Ok(()) => {
-                            changed = true;
-                            tracing::info!(cells = ?gone, "departed cells left the consensus group");
-                        }
-                        Err(e) => tracing::warn!(error = %e, "removing departed cells failed"),
-                    }
-                }
-                if !changed {
-                    break;
-                }
-            }
-            cl.reconciling.store(false, Ordering::Release);
-        });
-    }
-
-    /// `cluster join`: a new cell at `address` divides `parent` (default: the cell with the
-    /// largest range). Resolves to the committed map.
-    pub async fn admit(
-        self: &Arc<Self>,
-        address: CellAddress,
-        parent: Option<CellId>,
-    ) -> Result<ClusterMap, String> {
-        let deadline = Instant::now() + Duration::from_millis(self.config.request_timeout_ms * 4);
-        loop {
-            let map = self.ring.lock().map().clone();
-            if let Some(c) = map.cells().iter().find(|c| c.address == address) {
-                if c.state == CellState::Joining {
-                    // Already admitted (a retried join): answer with the map that has it.
-                    return Ok(map);
-                }
-                // A cell that died at this address is still being absorbed: the new process
-                // must come in as a new cell (empty store, new id) once that is done.
-                return Err(format!(
-                    "address {} still belongs to cell {} ({:?}); retry after its absorption",
-                    address.client, c.id, c.state
-                ));
-            }
-            let parent = match &parent {
-                Some(p) => p.clone(),
-                None => map
-                    .active_cells()
-                    .max_by_key(|c| c.range.map_or(0, |r| r.len()))
-                    .map(|c| c.id.clone())
-                    .ok_or("no active cell")?,
-            };
-            let p = Proposal {
-                based_on_epoch: map.epoch(),
-                change: Change::BeginDivision {
-                    parent,
-                    child_address: address.clone(),
-                },
-            };
-            match group::propose(
-                self,
-                p,
-                Duration::from_millis(self.config.request_timeout_ms),
-            )
-            .await
-            {
-                Ok(m) => {
-                    self.install_map(m.clone());
-                    return Ok(m);
-                }
-                Err(e) if Instant::now() >= deadline => return Err(e.to_string()),
-                Err(e) => {
-                    tracing::debug!(error = %e, "join proposal not committed; retrying");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-            }
-        }
-    }
-
-    /// `cluster leave CELL` / the ring's own leave: proposes the cell's absorption.
-    pub async fn leave(self: &Arc<Self>, cell: CellId) -> Result<ClusterMap, String> {
-        let map = self.ring.lock().map().clone();
-        let p = Proposal {
-            based_on_epoch: map.epoch(),
-            change: Change::BeginAbsorption {
-                departed: cell,
-                reason: cellcache_cluster::AbsorptionReason::Leaving,
-            },
-        };
-        let m = group::propose(
-            self,
-            p,
-            Duration::from_millis(self.config.request_timeout_ms),
-        )
-        .await
-        .map_err(|e| e.to_string())?;
-        self.install_map(m.clone());
-        Ok(m)
     }
 }
 
@@ -841,176 +708,6 @@ fn gaps(keep: &[HashRange]) -> Vec<HashRange> {
     }
     out.push(HashRange::new(next, u64::MAX));
     out
-}
-
-/// Binds the peer listener: `port`, or client port + 10000, or any free port.
-fn bind_peer(client: SocketAddr, port: u16) -> anyhow::Result<std::net::TcpListener> {
-    let bind = |p: u16| {
-        let l = std::net::TcpListener::bind(SocketAddr::new(client.ip(), p))?;
-        l.set_nonblocking(true)?;
-        std::io::Result::Ok(l)
-    };
-    if port != 0 {
-        return bind(port).with_context(|| format!("binding the peer port {port}"));
-    }
-    if let Some(p) = client
-        .port()
-        .checked_add(10_000)
-        .filter(|_| client.port() != 0)
-    {
-        if let Ok(l) = bind(p) {
-            return Ok(l);
-        }
-    }
-    bind(0).context("binding a peer port")
-}
-
-/// Asks the cell at `join` (client port) to admit this cell; returns the map that has it.
-/// A random ring identity: the clock's nanoseconds mixed with this process's id and a
-/// per-process random state, never 0 (0 is a map from before ring identities).
-fn new_ring_id() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    h.write_u32(std::process::id());
-    h.finish().max(1)
-}
-
-/// How often a blocked join looks at the shutdown flag: a signal stops a joining cell
-/// within about this long (plus one connect attempt), not after the whole join timeout.
-const JOIN_SHUTDOWN_POLL: Duration = Duration::from_millis(100);
-
-fn join_ring(
-    join: &str,
-    me: &CellAddress,
-    parent: Option<&CellId>,
-    timeout_ms: u64,
-    shutdown: &cellcache_io::Shutdown,
-) -> anyhow::Result<ClusterMap> {
-    let deadline = Instant::now() + Duration::from_millis(timeout_ms * 10);
-    let abandoned = || {
-        anyhow::anyhow!(
-            "stopped by a signal while joining the ring through {join}: abandoned the join \
-             (if the ring had already admitted this cell, it declares it dead as for a crash)"
-        )
-    };
-    loop {
-        match try_join(join, me, parent, timeout_ms, shutdown) {
-            Ok(m) => return Ok(m),
-            Err(_) if shutdown.is_triggered() => return Err(abandoned()),
-            Err(e) if Instant::now() < deadline => {
-                tracing::info!(error = %e, "join not accepted yet; retrying");
-                let retry_at = Instant::now() + Duration::from_millis(300);
-                while Instant::now() < retry_at {
-                    if shutdown.is_triggered() {
-                        return Err(abandoned());
-                    }
-                    std::thread::sleep(JOIN_SHUTDOWN_POLL);
-                }
-            }
-            Err(e) => return Err(e.context(format!("joining the ring through {join}"))),
-        }
-    }
-}
-
-/// Reads into `buf` until `done(buf)` holds, in slices of [`JOIN_SHUTDOWN_POLL`], giving up
-/// after `timeout` or once `shutdown` is triggered.
-fn read_until(
-    s: &mut TcpStream,
-    buf: &mut Vec<u8>,
-    timeout: Duration,
-    shutdown: &cellcache_io::Shutdown,
-    done: impl Fn(&[u8]) -> bool,
-) -> anyhow::Result<()> {
-    s.set_read_timeout(Some(JOIN_SHUTDOWN_POLL))?;
-    let deadline = Instant::now() + timeout;
-    let mut chunk = [0u8; 4096];
-    while !done(buf) {
-        anyhow::ensure!(!shutdown.is_triggered(), "interrupted");
-        anyhow::ensure!(Instant::now() < deadline, "no answer to the join request");
-        match s.read(&mut chunk) {
-            Ok(0) => anyhow::bail!("the cell closed the connection"),
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock
-                        | std::io::ErrorKind::TimedOut
-                        | std::io::ErrorKind::Interrupted
-                ) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
-}
-
-fn try_join(
-    join: &str,
-    me: &CellAddress,
-    parent: Option<&CellId>,
-    timeout_ms: u64,
-    shutdown: &cellcache_io::Shutdown,
-) -> anyhow::Result<ClusterMap> {
-    let mut s = TcpStream::connect(join)?;
-    let timeout = Duration::from_millis(timeout_ms * 5);
-    let parent = parent.map(|p| format!(" {p}")).unwrap_or_default();
-    write!(s, "cluster join {} {}{parent}\r\n", me.client, me.peer)?;
-    let mut buf = Vec::new();
-    read_until(&mut s, &mut buf, timeout, shutdown, |b| b.contains(&b'\n'))?;
-    let eol = buf
-        .iter()
-        .position(|&b| b == b'\n')
-        .expect("read up to a line end");
-    let line = String::from_utf8_lossy(&buf[..=eol]).into_owned();
-    let Some(len) = line.strip_prefix("JOINED ") else {
-        anyhow::bail!("{}", line.trim_end());
-    };
-    let len: usize = len.trim_end().parse().context("bad JOINED line")?;
-    anyhow::ensure!(
-        len <= cellcache_cluster::map::MAP_BYTES_MAX_DEFAULT,
-        "map too large"
-    );
-    let start = eol + 1;
-    read_until(&mut s, &mut buf, timeout, shutdown, |b| {
-        b.len() >= start + len + 2
-    })?;
-    Ok(ClusterMap::decode(
-        &buf[start..start + len],
-        cellcache_cluster::map::MAP_BYTES_MAX_DEFAULT,
-    )?)
-}
-
-/// The two connections a cell keeps to each peer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Channel {
-    /// Requests, replies, ring messages, consensus: small frames that must not wait.
-    Control,
-    /// Replication and snapshot streams: throughput, one batch in flight per target.
-    Bulk,
-}
-
-/// A replication receiver's watermarks for one sending master: live records (`Replicate`)
-/// and snapshot items (`SnapshotChunk`, `SnapshotDone`) arrive in two lanes, each in order
-/// but interleaved with the other (see `repl`), so each has its own.
-///
-/// `connection` numbers the sender's replication-carrying connections to this cell (its bulk
-/// link's; a connection gets its number with its first replication frame). The lanes'
-/// order holds only within one connection: a sender opens a new one after giving the old
-/// one up (its link dropped it), and frames still buffered on the old one may be read after
-/// the new one's — an old snapshot copy of a key could then overwrite a newer live write.
-/// So records are applied only from the sender's latest such connection (checked under the
-/// same lock as the apply); the sender resends what the old one did not get acknowledged.
-#[derive(Default)]
-pub struct Applied {
-    pub live: u64,
-    pub snapshot: u64,
-    pub connection: u64,
-    /// Values arriving in parts from this sender.
-    pub parts: repl::Assembly,
 }
 
 #[cfg(test)]

@@ -40,6 +40,7 @@ pub const PARK_RETRY: Duration = Duration::from_millis(10);
 /// The order state of one cell (see the module docs).
 #[derive(Default)]
 pub struct Order {
+    /// Lock order: a leaf lock, see `Cluster`.
     state: Mutex<State>,
     /// Anything parked, being routed again or in flight: when false (almost always), a
     /// request needs no lock to know it may go.

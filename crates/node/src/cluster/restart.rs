@@ -235,7 +235,7 @@ impl Cluster {
     /// one of them and must not serve beside it: it stops.
     pub fn foreign_hello(&self, hello: &Hello, from: &str) {
         let alone = {
-            let ring = self.ring.lock();
+            let ring = self.lock_ring();
             ring.map().cells().len() == 1
         };
         if !alone {

@@ -17,11 +17,12 @@ use std::time::{Duration, Instant};
 
 use cellcache_cluster::CellId;
 use cellcache_cluster::wire::FrameKind;
-use cellcache_proto::{Parsed, Request, parse};
+use cellcache_proto::{Parsed, Request, lines, parse};
 
 use super::Cluster;
 use super::order::{PARK_RETRY, Parked};
 use super::repl::{self, Captured, Positions, WaitError};
+use super::split::{Gather, split_get};
 use crate::counters::LocalCounters;
 use crate::local::Flow;
 
@@ -37,19 +38,15 @@ pub enum Reply {
 pub type Done = Box<dyn FnOnce(Reply) + Send>;
 
 /// The retryable error a client sees when no master could be reached in time.
-pub const UNAVAILABLE: &[u8] = b"SERVER_ERROR cluster: no master available for this key, retry\r\n";
+pub const UNAVAILABLE: &[u8] = lines::SERVER_ERROR_UNAVAILABLE;
 /// The error a client sees when the master it forwarded a write to was lost before
 /// answering: the write may have been applied (and replicated) or not.
-pub const MASTER_LOST: &[u8] =
-    b"SERVER_ERROR cluster: master lost before answering (the write may or may not be applied)\r\n";
+pub const MASTER_LOST: &[u8] = lines::SERVER_ERROR_MASTER_LOST;
 /// The error a client sees when a write could not be confirmed on its backups.
-pub const UNREPLICATED: &[u8] =
-    b"SERVER_ERROR cluster: write not confirmed by its backup (it may or may not be applied)\r\n";
-
+pub const UNREPLICATED: &[u8] = lines::SERVER_ERROR_UNREPLICATED;
 /// The error a client sees from a cell removed from the ring (declared dead while it was
 /// paused or cut off): it serves no key any more, at once rather than after a timeout.
-pub const FENCED: &[u8] =
-    b"SERVER_ERROR cluster: this cell was removed from the ring; use another cell\r\n";
+pub const FENCED: &[u8] = lines::SERVER_ERROR_FENCED;
 
 /// How a dispatch was started.
 #[derive(Debug, Clone, Copy)]
@@ -121,7 +118,10 @@ pub fn place(cl: &Cluster, req: &Request<'_>, forwarded: bool) -> Placement {
     use cellcache_proto::StatsGroup;
     let whole_ring = match req {
         Request::FlushAll { .. } | Request::Stats(StatsGroup::Reset) => Some(Placement::Broadcast),
-        Request::Stats(StatsGroup::General) => Some(Placement::Stats(Kind::Ring)),
+        Request::Stats(StatsGroup::General) => Some(Placement::Stats(Kind::Ring { own: false })),
+        Request::Stats(StatsGroup::Other(b"cellcache")) => {
+            Some(Placement::Stats(Kind::Ring { own: true }))
+        }
         Request::Stats(StatsGroup::Other(b"cells")) => Some(Placement::Stats(Kind::Cells)),
         Request::Stats(StatsGroup::Items | StatsGroup::Slabs | StatsGroup::Sizes) => {
             Some(Placement::Stats(Kind::Merge))
@@ -143,7 +143,7 @@ pub fn place(cl: &Cluster, req: &Request<'_>, forwarded: bool) -> Placement {
         return Placement::NoKeys;
     };
     let now = cl.now_ms();
-    let ring = cl.ring.lock();
+    let ring = cl.lock_ring();
     if ring.is_fenced() {
         return Placement::Fenced;
     }
@@ -180,7 +180,7 @@ pub fn place(cl: &Cluster, req: &Request<'_>, forwarded: bool) -> Placement {
 }
 
 /// Executes `req` here, recording the replication positions of its mutations.
-pub fn execute_local(
+fn execute_local(
     cl: &Cluster,
     req: &Request<'_>,
     now: u32,
@@ -195,7 +195,7 @@ pub fn execute_local(
             // for the whole ring, see conn::Conn::run), not by each cell flushing its part.
             cl.flush_master_range(now, crate::local::flush_delay_secs(*delay, now));
             if !noreply {
-                out.extend_from_slice(b"OK\r\n");
+                out.extend_from_slice(lines::OK);
             }
             Flow::Continue
         }
@@ -209,7 +209,7 @@ pub fn execute_local(
 }
 
 /// What becomes of a locally executed request's reply.
-pub enum After {
+enum After {
     /// Send it now.
     Now,
     /// Hold it until these positions are acknowledged.
@@ -223,7 +223,7 @@ pub enum After {
 }
 
 /// Decides [`After`] for an execution of `req` placed here under map epoch `placed_at`.
-pub fn after(
+fn after(
     cl: &Cluster,
     req: &Request<'_>,
     placed_at: u64,
@@ -274,36 +274,114 @@ pub fn reply_after_replication(
     );
 }
 
+/// What [`here`] decided for a request.
+pub enum Here {
+    /// Executed here; its reply is in `out` and goes now.
+    Answered(Flow),
+    /// Executed here; its reply, taken out of `out`, goes once these replication positions
+    /// are acknowledged ([`reply_after_replication`]; `quiet`: a `noreply` request).
+    Held {
+        flow: Flow,
+        positions: Positions,
+        reply: Vec<u8>,
+        quiet: bool,
+    },
+    /// Run under a map that has since moved its key away, changing nothing: nothing was
+    /// written to `out`; route the request again.
+    Again,
+    /// Not this cell's to run now: the rest of [`dispatch`] decides (forward, split, wait,
+    /// broadcast, refuse).
+    Elsewhere(Placement),
+}
+
+/// The one place where a request is placed and, if it is this cell's, executed into `out`
+/// and its reply given its fate: now, held for the backups, replaced (a write that landed
+/// outside the range this cell masters by the time it ran), or dropped to route again.
+/// A client's connection ([`crate::conn`]) calls it on its own thread, writing straight
+/// into its output; [`dispatch`] for everything else. `trim` runs on the reply before its
+/// fate is decided (a connection drops a batch's `END`).
+#[allow(clippy::too_many_arguments)]
+pub fn here(
+    cl: &Cluster,
+    request: &Request<'_>,
+    forwarded: bool,
+    parked: Option<u64>,
+    now: u32,
+    out: &mut Vec<u8>,
+    counters: &mut LocalCounters,
+    trim: impl FnOnce(&mut Vec<u8>, usize),
+) -> Here {
+    let placed_at = cl.epoch();
+    let placement = place_in_order(cl, request, forwarded, parked);
+    if !matches!(placement, Placement::NoKeys | Placement::Local) {
+        return Here::Elsewhere(placement);
+    }
+    let start = out.len();
+    let (flow, captured) = execute_local(cl, request, now, out, counters);
+    trim(out, start);
+    let quiet = noreply(request);
+    match after(cl, request, placed_at, forwarded, captured) {
+        After::Now => Here::Answered(flow),
+        After::Stray => {
+            out.truncate(start);
+            if !quiet {
+                out.extend_from_slice(UNAVAILABLE);
+            }
+            Here::Answered(flow)
+        }
+        After::Wait(positions) => Here::Held {
+            flow,
+            positions,
+            reply: out.split_off(start),
+            quiet,
+        },
+        After::Reroute => {
+            out.truncate(start);
+            Here::Again
+        }
+    }
+}
+
 /// Routes one complete request; see the module docs.
 pub fn dispatch(cl: &Arc<Cluster>, bytes: Vec<u8>, ctx: Ctx, done: Done) {
     let parsed = parse(&bytes, &cl.cell.limits);
     let Parsed::Complete { request, .. } = parsed else {
-        done(Reply::Bytes(
-            b"SERVER_ERROR cluster: unparsable routed request\r\n".to_vec(),
-        ));
+        done(Reply::Bytes(lines::SERVER_ERROR_UNPARSABLE_ROUTED.to_vec()));
         return;
     };
     let quiet = noreply(&request);
-    let placed_at = cl.epoch();
-    match place_in_order(cl, &request, ctx.forwarded, ctx.parked) {
+    let mut out = Vec::new();
+    let mut counters = LocalCounters::default();
+    let now = cl.cell.now();
+    let decided = here(
+        cl,
+        &request,
+        ctx.forwarded,
+        ctx.parked,
+        now,
+        &mut out,
+        &mut counters,
+        |_, _| {},
+    );
+    cl.cell.counters.absorb(&mut counters);
+    let placement = match decided {
+        Here::Answered(_) => return done(Reply::Bytes(out)),
+        Here::Held {
+            positions,
+            reply,
+            quiet,
+            ..
+        } => {
+            let done = Box::new(move |b| done(Reply::Bytes(b)));
+            return reply_after_replication(cl, positions, reply, quiet, done);
+        }
+        Here::Again => return dispatch(cl, bytes, ctx, done),
+        Here::Elsewhere(placement) => placement,
+    };
+    match placement {
+        // `here` ran these
         Placement::NoKeys | Placement::Local => {
-            let mut out = Vec::new();
-            let mut counters = LocalCounters::default();
-            let (_, captured) = execute_local(cl, &request, cl.cell.now(), &mut out, &mut counters);
-            cl.cell.counters.absorb(&mut counters);
-            match after(cl, &request, placed_at, ctx.forwarded, captured) {
-                After::Reroute => dispatch(cl, bytes, ctx, done),
-                After::Wait(positions) => reply_after_replication(
-                    cl,
-                    positions,
-                    out,
-                    quiet,
-                    Box::new(move |b| done(Reply::Bytes(b))),
-                ),
-                After::Now => done(Reply::Bytes(out)),
-                After::Stray if quiet => done(Reply::Bytes(Vec::new())),
-                After::Stray => done(Reply::Bytes(UNAVAILABLE.to_vec())),
-            }
+            done(Reply::Bytes(UNAVAILABLE.to_vec()));
         }
         Placement::Wait => retry_later(cl, bytes, ctx, quiet, done),
         Placement::Fenced if ctx.forwarded => done(Reply::Refused("removed from the ring".into())),
@@ -343,7 +421,8 @@ pub fn dispatch(cl: &Arc<Cluster>, bytes: Vec<u8>, ctx: Ctx, done: Done) {
     }
 }
 
-/// The keys of one forwarded request, in flight until [`Flight::end`].
+/// The keys of one forwarded request, in flight until [`Flight::end`]. Lock order: a leaf
+/// lock, see `Cluster`.
 #[derive(Clone)]
 struct Flight(Arc<parking_lot::Mutex<Option<Vec<u64>>>>);
 
@@ -369,9 +448,11 @@ impl Flight {
 }
 
 /// Forwards to `owner`. A request that may have reached it (the connection was lost after
-/// sending) is tried again only if `retry_safe` (a read): the fault tests found an `append`
-/// applied twice when the master died after applying and replicating it but before
-/// answering, and the retry ran again on its promoted backup.
+/// sending, or the master left it unanswered past the link's timeout) is tried again only
+/// if `retry_safe` (a read): the fault tests found an `append` applied twice when the
+/// master died after applying and replicating it but before answering, and the retry ran
+/// again on its promoted backup; and again when a cut link left an applied `append`
+/// unanswered and the retry reached the same master by the healed link.
 ///
 /// Until it is answered, its `keys` are in flight (see [`super::order`]).
 #[allow(clippy::too_many_arguments)]
@@ -397,6 +478,7 @@ fn forward(
     // A master that never answers (paused, or gone from the network without a reset) must
     // not hold the client forever: past the deadline plus one more timeout, give up with
     // the retryable error. Whichever of the reply and the watchdog comes first answers.
+    // Lock order: a leaf lock, see `Cluster` (taken out, then called).
     let done = Arc::new(parking_lot::Mutex::new(Some(done)));
     let watchdog = done.clone();
     let give_up =
@@ -443,12 +525,19 @@ fn forward(
                     }
                     retry_later(&cl2, resend, ctx, quiet, done);
                 }
-                Err(super::link::LinkError::Lost) if !retry_safe => done(Reply::Bytes(if quiet {
+                Err(e) if e.may_have_arrived() && !retry_safe => done(Reply::Bytes(if quiet {
                     Vec::new()
                 } else {
                     MASTER_LOST.to_vec()
                 })),
-                Err(_) => retry_later(&cl2, resend, ctx, quiet, done),
+                Err(e) => {
+                    if let super::link::LinkError::Busy(..) = e {
+                        cl2.stats
+                            .peer_busy
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    retry_later(&cl2, resend, ctx, quiet, done)
+                }
             }
             // Parked first (a retry), released after: nothing for its keys slips between.
             flight.end(&cl2, answered);
@@ -464,7 +553,7 @@ fn is_barrier(req: &Request<'_>) -> bool {
 
 /// [`place`], or [`Placement::Wait`] when an earlier request for one of its keys must go
 /// first (see [`super::order`]); `parked` is the request's place if it was parked before.
-pub fn place_in_order(
+fn place_in_order(
     cl: &Cluster,
     req: &Request<'_>,
     forwarded: bool,
@@ -552,7 +641,7 @@ fn route_parked(cl: &Arc<Cluster>) {
 /// first other answer that differs from it (an error).
 fn broadcast(cl: &Arc<Cluster>, bytes: Vec<u8>, ctx: Ctx, quiet: bool, done: Done) {
     let others: Vec<CellId> = {
-        let ring = cl.ring.lock();
+        let ring = cl.lock_ring();
         let me = ring.id().clone();
         ring.map()
             .active_cells()
@@ -608,175 +697,4 @@ fn broadcast(cl: &Arc<Cluster>, bytes: Vec<u8>, ctx: Ctx, quiet: bool, done: Don
             )
         }),
     );
-}
-
-/// A multi-key get whose keys have several masters: one get per master, in parallel, the
-/// answers merged back into the order of the request's keys.
-#[allow(clippy::too_many_arguments)]
-fn split_get(
-    cl: &Arc<Cluster>,
-    return_cas: bool,
-    touch_exptime: Option<i64>,
-    keys: Vec<Vec<u8>>,
-    owners: Vec<Option<CellId>>,
-    ctx: Ctx,
-    done: Done,
-) {
-    let mut groups: Vec<(Option<CellId>, Vec<usize>)> = Vec::new();
-    for (i, o) in owners.iter().enumerate() {
-        match groups.iter_mut().find(|(g, _)| g == o) {
-            Some((_, idx)) => idx.push(i),
-            None => groups.push((o.clone(), vec![i])),
-        }
-    }
-    let group_of: Vec<usize> = owners
-        .iter()
-        .map(|o| groups.iter().position(|(g, _)| g == o).unwrap_or(0))
-        .collect();
-    let n = groups.len();
-    let keys2 = keys.clone();
-    let gather = Gather::new(n, move |parts: Vec<Vec<u8>>| {
-        done(Reply::Bytes(merge_gets(&keys2, &group_of, &parts)))
-    });
-    for (gi, (_, idx)) in groups.into_iter().enumerate() {
-        let mut sub = Vec::new();
-        cellcache_proto::write_retrieve(
-            &mut sub,
-            return_cas,
-            touch_exptime,
-            idx.iter().map(|&i| keys[i].as_slice()),
-        );
-        let g = gather.clone();
-        dispatch(
-            cl,
-            sub,
-            ctx,
-            Box::new(move |r| {
-                g.put(
-                    gi,
-                    match r {
-                        Reply::Bytes(b) => b,
-                        Reply::Refused(_) => UNAVAILABLE.to_vec(),
-                    },
-                )
-            }),
-        );
-    }
-}
-
-/// Merges per-master get replies into one, in the order of `keys`. A part that is not a
-/// get reply (an error line) becomes the whole reply.
-fn merge_gets(keys: &[Vec<u8>], group_of: &[usize], parts: &[Vec<u8>]) -> Vec<u8> {
-    let mut blocks: Vec<std::collections::VecDeque<(&[u8], &[u8])>> = Vec::new();
-    for p in parts {
-        match value_blocks(p) {
-            Some(b) => blocks.push(b.into()),
-            None => return p.clone(),
-        }
-    }
-    let mut out = Vec::new();
-    for (i, key) in keys.iter().enumerate() {
-        let q = &mut blocks[group_of[i]];
-        if q.front().is_some_and(|(k, _)| *k == key.as_slice()) {
-            if let Some((_, block)) = q.pop_front() {
-                out.extend_from_slice(block);
-            }
-        }
-    }
-    out.extend_from_slice(b"END\r\n");
-    out
-}
-
-/// Splits `VALUE …\r\n<data>\r\n … END\r\n` into (key, whole block); `None` if malformed.
-fn value_blocks(reply: &[u8]) -> Option<Vec<(&[u8], &[u8])>> {
-    let mut out = Vec::new();
-    let mut at = 0;
-    loop {
-        let rest = &reply[at..];
-        if rest == b"END\r\n" {
-            return Some(out);
-        }
-        let eol = rest.windows(2).position(|w| w == b"\r\n")?;
-        let line = &rest[..eol];
-        let mut tokens = line.split(|&b| b == b' ');
-        if tokens.next()? != b"VALUE" {
-            return None;
-        }
-        let key = tokens.next()?;
-        let _flags = tokens.next()?;
-        let len: usize = std::str::from_utf8(tokens.next()?).ok()?.parse().ok()?;
-        let end = eol.checked_add(2)?.checked_add(len)?.checked_add(2)?;
-        if end > rest.len() {
-            return None;
-        }
-        out.push((key, &rest[..end]));
-        at += end;
-    }
-}
-
-/// Collects `n` parts from any threads and calls `finish` with them, in index order.
-struct Gather {
-    state: parking_lot::Mutex<GatherState>,
-}
-
-type GatherDone = Box<dyn FnOnce(Vec<Vec<u8>>) + Send>;
-/// Parts so far, parts missing, and what to call with all of them.
-type GatherState = (Vec<Option<Vec<u8>>>, usize, Option<GatherDone>);
-
-impl Gather {
-    fn new(n: usize, finish: impl FnOnce(Vec<Vec<u8>>) + Send + 'static) -> Arc<Gather> {
-        Arc::new(Gather {
-            state: parking_lot::Mutex::new((vec![None; n], n, Some(Box::new(finish)))),
-        })
-    }
-
-    fn put(&self, i: usize, part: Vec<u8>) {
-        let mut st = self.state.lock();
-        if st.0[i].is_none() {
-            st.0[i] = Some(part);
-            st.1 -= 1;
-        }
-        if st.1 == 0 {
-            if let Some(f) = st.2.take() {
-                let parts =
-                    st.0.iter_mut()
-                        .map(|p| p.take().unwrap_or_default())
-                        .collect();
-                drop(st);
-                f(parts);
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn merge_keeps_request_order_and_duplicates() {
-        let keys: Vec<Vec<u8>> = vec![b"a".to_vec(), b"b".to_vec(), b"a".to_vec(), b"c".to_vec()];
-        let group_of = [0, 1, 0, 1];
-        let p0 = b"VALUE a 0 1\r\nx\r\nVALUE a 0 1\r\nx\r\nEND\r\n".to_vec();
-        let p1 = b"VALUE c 5 2\r\nyz\r\nEND\r\n".to_vec();
-        let merged = merge_gets(&keys, &group_of, &[p0, p1]);
-        assert_eq!(
-            merged,
-            b"VALUE a 0 1\r\nx\r\nVALUE a 0 1\r\nx\r\nVALUE c 5 2\r\nyz\r\nEND\r\n"
-        );
-    }
-
-    #[test]
-    fn an_error_part_is_the_reply() {
-        let keys: Vec<Vec<u8>> = vec![b"a".to_vec(), b"b".to_vec()];
-        let merged = merge_gets(&keys, &[0, 1], &[b"END\r\n".to_vec(), UNAVAILABLE.to_vec()]);
-        assert_eq!(merged, UNAVAILABLE);
-    }
-
-    #[test]
-    fn value_blocks_refuse_truncation() {
-        assert!(value_blocks(b"VALUE a 0 10\r\nxx\r\nEND\r\n").is_none());
-        assert!(value_blocks(b"VALUE a 0 zz\r\nxx\r\nEND\r\n").is_none());
-        assert_eq!(value_blocks(b"END\r\n").unwrap().len(), 0);
-    }
 }

@@ -10,9 +10,10 @@
 //! with the request's id and this cell's epoch.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use cellcache_cluster::wire::payload::{self, RangeSeq};
+use cellcache_cluster::wire::payload::RangeSeq;
 use cellcache_cluster::wire::{self, FrameKind};
 use cellcache_cluster::{CellId, ClusterMap, HashRange, RingMessage};
 use tokio::io::AsyncWriteExt;
@@ -20,18 +21,91 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
 use super::Cluster;
-use super::link::{OwnedFrame, read_frames};
+use super::handshake;
+use super::link::{Budget, OwnedFrame, read_frames};
 use super::route::{self, Ctx, Reply};
 
-/// Frames to write back: (kind, request id, payload).
-type Out = mpsc::UnboundedSender<(FrameKind, u64, Vec<u8>)>;
+/// A replication receiver's watermarks for one sending master: live records (`Replicate`)
+/// and snapshot items (`SnapshotChunk`, `SnapshotDone`) arrive in two lanes, each in order
+/// but interleaved with the other (see `repl`), so each has its own.
+///
+/// `connection` numbers the sender's replication-carrying connections to this cell (its bulk
+/// link's; a connection gets its number with its first replication frame). The lanes'
+/// order holds only within one connection: a sender opens a new one after giving the old
+/// one up (its link dropped it), and frames still buffered on the old one may be read after
+/// the new one's — an old snapshot copy of a key could then overwrite a newer live write.
+/// So records are applied only from the sender's latest such connection (checked under the
+/// same lock as the apply); the sender resends what the old one did not get acknowledged.
+#[derive(Default)]
+pub struct Applied {
+    pub live: u64,
+    pub snapshot: u64,
+    pub connection: u64,
+    /// Values arriving in parts from this sender.
+    pub parts: super::repl::Assembly,
+}
 
+/// The frames a connection owes its peer, (kind, request id, payload), queued for the
+/// connection's writer and counted against its [`Budget`]: past the budget the connection's
+/// reader waits (see [`read_frames`]), so a peer that sends requests but does not read the
+/// replies stops being read instead of growing the queue.
+#[derive(Clone)]
+struct Replies {
+    tx: mpsc::UnboundedSender<(FrameKind, u64, Vec<u8>)>,
+    budget: Arc<Budget>,
+}
+
+impl Replies {
+    fn send(&self, kind: FrameKind, id: u64, payload: Vec<u8>) {
+        let n = payload.len();
+        self.budget.take(n);
+        if self.tx.send((kind, id, payload)).is_err() {
+            self.budget.release(n);
+        }
+    }
+}
+
+/// One forwarded request in progress: counted while it lives, so a reply callback that is
+/// dropped uncalled gives its place back too.
+struct InProgress(Arc<AtomicUsize>);
+
+impl Drop for InProgress {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// What the frame handler keeps per connection of an identified sender.
+struct PeerConn {
+    replies: Replies,
+    /// Forwarded requests of this connection in progress here (bounded by
+    /// `peer_forwards_in_flight_max`).
+    forwards: Arc<AtomicUsize>,
+    /// This connection's number among the sender's replication-carrying connections, 0
+    /// until it carries replication; see [`on_frame`].
+    number: u64,
+}
+
+/// Accepts peer connections, at most `peer_connections_max` at once: past it a new
+/// connection is closed at once (an idle flood cannot take every descriptor).
 pub async fn accept_loop(cl: Arc<Cluster>, listener: TcpListener) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(cl.config.peer_connections_max));
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
+                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    cl.stats
+                        .peer_connections_refused
+                        .fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(%peer, "peer connection refused: cluster.peer_connections_max reached");
+                    continue;
+                };
                 let _ = stream.set_nodelay(true);
-                tokio::spawn(connection(cl.clone(), stream, peer.to_string()));
+                let cl = cl.clone();
+                tokio::spawn(async move {
+                    connection(cl, stream, peer.to_string()).await;
+                    drop(slot);
+                });
             }
             Err(e) => {
                 tracing::warn!(error = %e, "peer accept failed");
@@ -41,19 +115,63 @@ pub async fn accept_loop(cl: Arc<Cluster>, listener: TcpListener) {
     }
 }
 
-async fn connection(cl: Arc<Cluster>, stream: TcpStream, peer: String) {
+/// One peer connection: its handshake (within `peer_handshake_timeout_ms`; with a cluster
+/// secret nothing is read before the peer proved it holds it), then its frames.
+async fn connection(cl: Arc<Cluster>, mut stream: TcpStream, peer: String) {
+    let wire_cfg = cl.config.wire;
+    let limit = Duration::from_millis(cl.config.peer_handshake_timeout_ms);
+    let accepted = tokio::time::timeout(
+        limit,
+        handshake::accept(&mut stream, &wire_cfg, cl.secret.as_ref()),
+    )
+    .await;
+    let hello = match accepted {
+        Ok(Ok(handshake::Opening::Cell(hello))) => hello,
+        Ok(Ok(handshake::Opening::Operator(first))) => {
+            return operator(&cl, stream, first, &peer).await;
+        }
+        Ok(Err(e)) => {
+            cl.stats
+                .peer_handshakes_failed
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(%peer, error = %e, "peer connection closed in its handshake");
+            return;
+        }
+        Err(_) => {
+            cl.stats
+                .peer_handshakes_failed
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(%peer, "peer handshake timed out: closing");
+            return;
+        }
+    };
+    if hello.ring != cl.ring_id {
+        cl.foreign_hello(&hello, &peer);
+        return;
+    }
+    let from = hello.cell;
+    // A removed cell may only learn that it was removed: it gets the map (in which it is
+    // fenced), and every other request is refused.
+    let fenced = cl.lock_ring().map().is_fenced(&from);
     let (mut rd, mut wr) = stream.into_split();
     let (tx, mut rx) = mpsc::unbounded_channel::<(FrameKind, u64, Vec<u8>)>();
-    let wire_cfg = cl.config.wire;
+    let budget = Budget::new(cl.config.peer_queue_bytes_max);
+    let tx = Replies {
+        tx,
+        budget: budget.clone(),
+    };
     let epoch = cl.epoch.clone();
+    let written = budget.clone();
     tokio::spawn(async move {
         let mut out = Vec::with_capacity(64 * 1024);
         while let Some((kind, id, payload)) = rx.recv().await {
-            let e = epoch.load(std::sync::atomic::Ordering::Acquire);
+            written.release(payload.len());
+            let e = epoch.load(Ordering::Acquire);
             let _ = wire::encode(&wire_cfg, kind, e, id, &payload, &mut out);
             while out.len() < 256 * 1024 {
                 match rx.try_recv() {
                     Ok((kind, id, payload)) => {
+                        written.release(payload.len());
                         let _ = wire::encode(&wire_cfg, kind, e, id, &payload, &mut out);
                     }
                     Err(_) => break,
@@ -65,59 +183,78 @@ async fn connection(cl: Arc<Cluster>, stream: TcpStream, peer: String) {
             out.clear();
         }
     });
-    let mut from: Option<CellId> = None;
-    let mut fenced = false;
-    let mut connection = 0;
-    read_frames(&mut rd, &wire_cfg, "listener", |frame| {
-        match &from {
-            None => {
-                let hello = (frame.kind == FrameKind::Hello)
-                    .then(|| payload::decode_hello(&frame.payload).ok())
-                    .flatten();
-                let Some(hello) = hello else { return false };
-                if hello.ring != cl.ring_id {
-                    cl.foreign_hello(&hello, &peer);
-                    return false;
-                }
-                fenced = cl.ring.lock().map().is_fenced(&hello.cell);
-                from = Some(hello.cell);
-            }
-            // A removed cell may only learn that it was removed: it gets the
-            // map (in which it is fenced), and every other request is refused.
-            Some(_) if fenced => {
-                let (kind, payload) = if frame.kind == FrameKind::MapRequest {
-                    (FrameKind::MapUpdate, cl.ring.lock().map().encode())
-                } else {
-                    (
-                        FrameKind::Refused,
-                        b"fenced: removed from the ring".to_vec(),
-                    )
-                };
-                if frame.request_id != 0 {
-                    let _ = tx.send((kind, frame.request_id, payload));
-                }
-            }
-            Some(sender) => return on_frame(&cl, sender, &mut connection, frame, &tx),
+    let mut conn = PeerConn {
+        replies: tx,
+        forwards: Arc::new(AtomicUsize::new(0)),
+        number: 0,
+    };
+    read_frames(&mut rd, &wire_cfg, "listener", Some(&budget), |frame| {
+        if !fenced {
+            return on_frame(&cl, &from, &mut conn, frame);
+        }
+        let (kind, payload) = if frame.kind == FrameKind::MapRequest {
+            (FrameKind::MapUpdate, cl.lock_ring().map().encode())
+        } else {
+            (
+                FrameKind::Refused,
+                b"fenced: removed from the ring".to_vec(),
+            )
+        };
+        if frame.request_id != 0 {
+            conn.replies.send(kind, frame.request_id, payload);
         }
         true
     })
     .await;
 }
 
+/// An operator's connection (it proved the ring's secret and sent a command instead of a
+/// `Hello`): its `Control` commands, one at a time, each within the handshake timeout;
+/// anything else closes it.
+async fn operator(cl: &Arc<Cluster>, mut stream: TcpStream, first: OwnedFrame, peer: &str) {
+    let wire_cfg = cl.config.wire;
+    let limit = Duration::from_millis(cl.config.peer_handshake_timeout_ms);
+    let mut next = Some(first);
+    loop {
+        let frame = match next.take() {
+            Some(f) => f,
+            None => {
+                match tokio::time::timeout(limit, handshake::read_frame(&mut stream, &wire_cfg))
+                    .await
+                {
+                    Ok(Ok(f)) => f,
+                    _ => return,
+                }
+            }
+        };
+        if frame.kind != FrameKind::Control {
+            return;
+        }
+        let line = String::from_utf8_lossy(&frame.payload).into_owned();
+        tracing::info!(%peer, command = %line, "operator command");
+        let reply = super::ext::run(cl.clone(), line, super::ext::Origin::Operator).await;
+        let written = handshake::write_frame_with_id(
+            &mut stream,
+            &wire_cfg,
+            FrameKind::Control,
+            frame.request_id,
+            &reply,
+        )
+        .await;
+        if written.is_err() {
+            return;
+        }
+    }
+}
+
 /// Handles one frame of an identified, unfenced sender; `false` closes the connection (its
 /// replication was superseded by a newer connection of the same sender, see
-/// [`super::Applied`]). `connection` is this connection's number among the sender's
-/// replication-carrying connections, 0 until it carries replication: the number is taken at
-/// its first replication frame, so only a connection that carries replication supersedes
-/// another (a sender's control link never does).
-fn on_frame(
-    cl: &Arc<Cluster>,
-    from: &CellId,
-    connection: &mut u64,
-    f: OwnedFrame,
-    tx: &Out,
-) -> bool {
+/// [`Applied`]). The connection's number (`conn.number`) is taken at its first replication
+/// frame, so only a connection that carries replication supersedes another (a sender's
+/// control link never does).
+fn on_frame(cl: &Arc<Cluster>, from: &CellId, conn: &mut PeerConn, f: OwnedFrame) -> bool {
     let id = f.request_id;
+    let tx = &conn.replies;
     match f.kind {
         FrameKind::Heartbeat | FrameKind::HeartbeatAck => match RingMessage::decode(&f.payload) {
             Ok(m) => cl.step(m),
@@ -127,6 +264,15 @@ fn on_frame(
             if f.epoch > cl.epoch() {
                 cl.fetch_map_from(from.clone());
             }
+            let in_progress = conn.forwards.fetch_add(1, Ordering::AcqRel);
+            if in_progress >= cl.config.peer_forwards_in_flight_max {
+                conn.forwards.fetch_sub(1, Ordering::AcqRel);
+                cl.stats.peer_busy.fetch_add(1, Ordering::Relaxed);
+                let why = format!("busy: {in_progress} forwarded requests in progress");
+                tx.send(FrameKind::Refused, id, why.into_bytes());
+                return true;
+            }
+            let in_progress = InProgress(conn.forwards.clone());
             let ctx = Ctx {
                 forwarded: true,
                 from_epoch: f.epoch,
@@ -139,10 +285,11 @@ fn on_frame(
                 f.payload,
                 ctx,
                 Box::new(move |r| {
-                    let _ = match r {
-                        Reply::Bytes(b) => tx.send((FrameKind::ForwardReply, id, b)),
-                        Reply::Refused(why) => tx.send((FrameKind::Refused, id, why.into_bytes())),
-                    };
+                    drop(in_progress);
+                    match r {
+                        Reply::Bytes(b) => tx.send(FrameKind::ForwardReply, id, b),
+                        Reply::Refused(why) => tx.send(FrameKind::Refused, id, why.into_bytes()),
+                    }
                 }),
             );
         }
@@ -151,12 +298,12 @@ fn on_frame(
             if f.epoch > cl.epoch() {
                 // Decide under the sender's map: fetch it; the sender retries.
                 cl.fetch_map_from(from.clone());
-                let _ = tx.send((FrameKind::Refused, id, b"fetching the newer map".to_vec()));
+                tx.send(FrameKind::Refused, id, b"fetching the newer map".to_vec());
                 return true;
             }
             type Pick = Box<dyn Fn(u64) -> bool>;
             let (keep, flushable, serving): (Pick, Pick, bool) = {
-                let ring = cl.ring.lock();
+                let ring = cl.lock_ring();
                 let map = ring.map().clone();
                 let now = cl.now_ms();
                 // Fencing: records of an older map are refused once this cell serves any of
@@ -189,19 +336,19 @@ fn on_frame(
                 cl.stats
                     .replicate_refused
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let _ = tx.send((FrameKind::Refused, id, b"stale epoch".to_vec()));
+                tx.send(FrameKind::Refused, id, b"stale epoch".to_vec());
                 return true;
             }
             let mut applied = cl.applied.lock();
             let lanes = applied.entry(from.clone()).or_default();
-            if *connection == 0 {
+            if conn.number == 0 {
                 lanes.connection += 1;
-                *connection = lanes.connection;
-            } else if lanes.connection != *connection {
+                conn.number = lanes.connection;
+            } else if lanes.connection != conn.number {
                 tracing::debug!(peer = %from, "replication on a superseded connection: closing it");
                 return false;
             }
-            let super::Applied {
+            let Applied {
                 live,
                 snapshot,
                 parts,
@@ -252,11 +399,11 @@ fn on_frame(
             let mut ack = Vec::new();
             RangeSeq { range, seq: *seq }.encode(&mut ack);
             drop(applied);
-            let _ = tx.send((FrameKind::ReplicateAck, id, ack));
+            tx.send(FrameKind::ReplicateAck, id, ack);
         }
         FrameKind::MapRequest => {
-            let map = cl.ring.lock().map().encode();
-            let _ = tx.send((FrameKind::MapUpdate, id, map));
+            let map = cl.lock_ring().map().encode();
+            tx.send(FrameKind::MapUpdate, id, map);
         }
         FrameKind::MapUpdate => {
             if let Ok(m) =
@@ -270,13 +417,19 @@ fn on_frame(
             let cl = cl.clone();
             cl.handle.clone().spawn(async move {
                 let reply = super::group::handle(cl, f.payload).await;
-                let _ = tx.send((FrameKind::Consensus, id, reply));
+                tx.send(FrameKind::Consensus, id, reply);
             });
         }
         FrameKind::Hello
         | FrameKind::ForwardReply
         | FrameKind::ReplicateAck
         | FrameKind::Refused => {}
+        // The handshake is over: another one mid-connection is a confused or hostile peer;
+        // operator commands come on their own connections.
+        FrameKind::AuthInit
+        | FrameKind::AuthChallenge
+        | FrameKind::AuthResponse
+        | FrameKind::Control => return false,
     }
     true
 }

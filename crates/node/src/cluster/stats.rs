@@ -16,10 +16,14 @@
 //! - `cluster_cells` is how many cells answered, `cluster_cells_unreachable` how many did not
 //!   within the request timeout (their figures are missing from the sums).
 //!
+//! `stats` keeps memcached's fields of these sums ([`crate::stats::MEMCACHED_GENERAL`]),
+//! `stats cellcache` the rest (cellcache's own, the `cluster_*` fields among them).
+//!
 //! `stats cell` is the entry cell alone; `stats cells` is every cell's `stats cell`, each
 //! name prefixed with the cell's id and a colon (`STAT 2:curr_items 10`), as memcached's
 //! `stats slabs` prefixes a class. `stats reset` resets every cell.
 
+use cellcache_proto::lines;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,7 +42,9 @@ const ENTRY_FIELDS: &[&str] = &[
     "uptime",
     "time",
     "version",
+    "libevent",
     "pointer_size",
+    "hash_power_level",
     "max_connections",
     "threads",
     "rusage_user",
@@ -52,7 +58,7 @@ const ENTRY_FIELDS: &[&str] = &[
 /// Extra lines of a cell's `stats cell`: what it holds as master.
 pub fn master_share(cl: &Cluster, out: &mut Vec<u8>) {
     let range = {
-        let ring = cl.ring.lock();
+        let ring = cl.lock_ring();
         ring.map()
             .cell(&cl.me)
             .filter(|c| c.state == CellState::Active)
@@ -62,7 +68,7 @@ pub fn master_share(cl: &Cluster, out: &mut Vec<u8>) {
     if let Some(r) = range {
         cl.cell
             .store
-            .for_each_in_range(super::flush::store_range(r), cl.cell.now(), |_| items += 1);
+            .for_each_in_range(r, cl.cell.now(), |_| items += 1);
     }
     out.extend_from_slice(format!("STAT cluster_master_items {items}\r\n").as_bytes());
 }
@@ -158,8 +164,9 @@ fn write(out: &mut Vec<u8>, prefix: &str, fields: &[(String, String)]) {
 /// Which answer a gather builds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
-    /// `stats`: the ring's sums.
-    Ring,
+    /// `stats` (`own` false: memcached's fields) or `stats cellcache` (`own` true:
+    /// cellcache's own): the ring's sums.
+    Ring { own: bool },
     /// `stats cells`: every cell's own figures, prefixed.
     Cells,
     /// `stats items`, `slabs`, `sizes`, `detail dump` or `cachedump`: the same request to
@@ -295,14 +302,14 @@ pub fn merge_replies(entry: &[u8], others: &[Vec<u8>]) -> Vec<u8> {
         }
         None => {}
     }
-    out.extend_from_slice(b"END\r\n");
+    out.extend_from_slice(lines::END);
     out
 }
 
 /// Strips a stats answer's `END` line, if any.
 fn without_end(mut reply: Vec<u8>) -> Vec<u8> {
-    if reply.ends_with(b"END\r\n") {
-        reply.truncate(reply.len() - b"END\r\n".len());
+    if reply.ends_with(lines::END) {
+        reply.truncate(reply.len() - lines::END.len());
     }
     reply
 }
@@ -311,7 +318,7 @@ fn without_end(mut reply: Vec<u8>) -> Vec<u8> {
 /// is the client's (what [`Kind::Merge`] asks every cell).
 pub fn gather(cl: &Arc<Cluster>, kind: Kind, request: Vec<u8>, done: Done) {
     let (others, rf): (Vec<CellId>, u8) = {
-        let ring = cl.ring.lock();
+        let ring = cl.lock_ring();
         let map = ring.map();
         (
             map.active_cells()
@@ -323,7 +330,7 @@ pub fn gather(cl: &Arc<Cluster>, kind: Kind, request: Vec<u8>, done: Done) {
     };
     let mut mine = Vec::new();
     let request = match kind {
-        Kind::Ring | Kind::Cells => {
+        Kind::Ring { .. } | Kind::Cells => {
             local_cell_stats(cl, &mut mine);
             CELL_STATS.to_vec()
         }
@@ -379,10 +386,12 @@ pub fn gather(cl: &Arc<Cluster>, kind: Kind, request: Vec<u8>, done: Done) {
         let entry = parse(&mine).unwrap_or_default();
         let mut out = Vec::new();
         match kind {
-            Kind::Ring => {
+            Kind::Ring { own } => {
                 let unreachable = answers.iter().filter(|(_, a)| a.is_none()).count();
                 let others: Vec<_> = answers.into_iter().filter_map(|(_, a)| a).collect();
-                write(&mut out, "", &aggregate(&entry, &others, rf, unreachable));
+                let mut ring = aggregate(&entry, &others, rf, unreachable);
+                ring.retain(|(name, _)| crate::stats::is_memcached_general(name) != own);
+                write(&mut out, "", &ring);
             }
             Kind::Cells => {
                 write(&mut out, &format!("{me}:"), &entry);
@@ -399,23 +408,24 @@ pub fn gather(cl: &Arc<Cluster>, kind: Kind, request: Vec<u8>, done: Done) {
             }
             Kind::Merge => {}
         }
-        out.extend_from_slice(b"END\r\n");
+        out.extend_from_slice(lines::END);
         done(Reply::Bytes(out));
     });
 }
 
-/// This cell's `stats cell`: its `stats` lines and what it holds as master.
+/// This cell's `stats cell`: its `stats` and `stats cellcache` lines (the single cell's
+/// answer to `stats cell`) and what it holds as master.
 pub fn local_cell_stats(cl: &Cluster, out: &mut Vec<u8>) {
     let mut mine = Vec::new();
     crate::stats::reply(
         &cl.cell,
-        &cellcache_proto::StatsGroup::General,
+        &cellcache_proto::StatsGroup::Other(b"cell"),
         cl.cell.now(),
         &mut mine,
     );
     out.extend_from_slice(&without_end(mine));
     master_share(cl, out);
-    out.extend_from_slice(b"END\r\n");
+    out.extend_from_slice(lines::END);
 }
 
 #[cfg(test)]

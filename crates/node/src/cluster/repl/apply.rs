@@ -136,11 +136,11 @@ pub fn apply_records(
     now: u32,
     keep: impl Fn(u64) -> bool,
     mut flush: impl FnMut(HashRange, u32),
-) -> Result<u64, String> {
+) -> Result<u64, cellcache_cluster::wire::WireError> {
     use cellcache_store::{Expiry, OwnedItem};
     let mut rebuilt = 0;
     for rec in ReplicationRecord::decode_all(payload) {
-        let rec = rec.map_err(|e| e.to_string())?;
+        let rec = rec?;
         if rec.seq <= *applied {
             continue;
         }

@@ -1,4 +1,5 @@
-//! Replication (SPEC C5) and range streaming (hand-off, re-replication), master side.
+//! Replication of writes to the backups and range streaming (hand-off, re-replication),
+//! master side.
 //!
 //! The store reports every mutation to [`Replicator::record`] under the lock of the shard
 //! that applied it. Mutations of keys in this cell's master range are encoded once as
@@ -26,9 +27,10 @@
 //! sender always sends pending live records first, as `Replicate` frames; snapshot items go
 //! as `SnapshotChunk` frames only when no live record is pending, and the `SnapshotDone`
 //! marker likewise, so every live record produced before it is acknowledged first. A write
-//! thus waits for at most one snapshot chunk in flight instead of the whole queue
-//! (issues 6 and 7). Each lane's sequence numbers grow (they are taken under the target's
-//! lock), and the receiver keeps one applied watermark per lane.
+//! thus waits for at most one snapshot chunk in flight instead of the whole queue (measured
+//! in docs/benchmarks/cluster.md, "With live records ahead of the snapshot"). Each lane's
+//! sequence numbers grow (they are taken under the target's lock), and the receiver keeps one
+//! applied watermark per lane.
 //!
 //! Large values travel in parts. An item whose value is longer than `chunk_bytes` becomes
 //! consecutive `SetPart` records of at most `chunk_bytes` of value each (one entry, one
@@ -116,10 +118,20 @@ struct Layout {
 }
 
 /// The store's change sink and the master side of replication; see the module docs.
+///
+/// Lock order (its part of the node's, ranked in full on `Cluster`): store shard →
+/// `layout` → `policy`; store shard → a target's `state`; `waiters` → a target's `state`.
+/// [`ChangeSink::record`] runs under the shard lock and takes `layout`, which it releases
+/// before pushing to the targets (one target's `state` at a time). Nothing here takes a
+/// store lock or `layout` while holding `waiters`, `policy` or a target's `state`, and no
+/// guard lives across an `.await` or a waiter's completion.
 pub struct Replicator {
+    /// Lock order: after the store's shard locks, see `Cluster`.
     layout: Mutex<Layout>,
     seq: AtomicU64,
+    /// Lock order: before a target's state, see `Cluster`.
     waiters: Mutex<Vec<Waiter>>,
+    /// Lock order: innermost (taken under `layout`), see `Cluster`.
     policy: Mutex<ReplPolicy>,
     /// Writes acknowledged although a backup was unreachable (policy `accept`).
     pub unreplicated_acks: AtomicU64,
@@ -330,11 +342,10 @@ impl ChangeSink for Replicator {
                 // exactly that part. A backup applying a flush reports one of a range it
                 // does not master, which goes nowhere.
                 let Some(master) = layout.master else { return };
-                let flushed = super::flush::ring_range(range);
-                let parts = if flushed.is_full() {
+                let parts = if range.is_full() {
                     vec![master]
                 } else {
-                    flushed.intersect(&master)
+                    range.intersect(&master)
                 };
                 drop(layout);
                 for part in parts {

@@ -22,7 +22,6 @@ impl Replicator {
             return false;
         };
         let policy = self.policy();
-        let store_range = cellcache_store::HashRange::new(range.start, range.end);
         let mut cursor = Some(ScanCursor::START);
         let started = Instant::now();
         let mut bytes_total: u64 = 0;
@@ -32,7 +31,7 @@ impl Replicator {
             }
             let now = now_secs();
             let mut bytes = 0usize;
-            cursor = store.scan_range(store_range, now, c, |item| {
+            cursor = store.scan_range(range, now, c, |item| {
                 let state = ItemState {
                     key: item.key,
                     value: item.value,

@@ -56,6 +56,8 @@ pub(super) struct TargetState {
 /// A cell receiving this cell's replication stream.
 pub struct Target {
     pub to: CellId,
+    /// Lock order: taken under a store shard lock or `waiters`, takes nothing; see
+    /// `Cluster`.
     pub(super) state: Mutex<TargetState>,
     pub(super) wake: tokio::sync::Notify,
     pub(super) closed: AtomicBool,

@@ -19,8 +19,8 @@ use cellcache_io::Progress;
 use cellcache_proto::binary::{BinaryParsed, Status, parse_request, write_error_message};
 use cellcache_proto::{Parsed, parse};
 
+use super::Conn;
 use crate::cluster::Cluster;
-use crate::conn::Conn;
 use crate::local::Flow;
 pub use translate::Shape;
 

@@ -28,7 +28,7 @@ pub struct NodeConfig {
     pub cluster: ClusterConfig,
 }
 
-/// When a master acknowledges a write (SPEC C5).
+/// When a master acknowledges a write: after its backups applied it, or at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum ReplicationMode {
@@ -97,6 +97,25 @@ pub struct ClusterConfig {
     /// re-routed. Above `request_timeout_ms`, since a master may hold a reply that long
     /// while its backups acknowledge.
     pub peer_reply_timeout_ms: u64,
+    /// Bytes of frames queued for one peer connection and not yet written, each way: a link
+    /// past it refuses new requests at once (the caller routes them again) and drops one-way
+    /// frames; the peer listener stops reading a connection whose replies are queued past
+    /// it (a peer that does not read its replies). One frame always fits an empty queue.
+    pub peer_queue_bytes_max: usize,
+    /// Forwarded requests one peer connection may have in progress on this cell; past it
+    /// they are refused at once (busy) and the forwarding cell tries again within its
+    /// `request_timeout_ms`.
+    pub peer_forwards_in_flight_max: usize,
+    /// File holding the ring's secret (`cellcache ctl secret new PATH` writes one): every
+    /// peer connection starts with a mutual proof of it, and a peer without it is closed
+    /// before any of its frames is read. Every cell of a ring needs the same file. Empty:
+    /// no secret, and anyone who reaches the peer port can act as a cell (logged loudly).
+    pub secret_file: String,
+    /// A peer connection must finish its handshake (the secret's proofs and its `Hello`)
+    /// within this long, or is closed.
+    pub peer_handshake_timeout_ms: u64,
+    /// Peer connections open at once on the peer listener; past it new ones are closed.
+    pub peer_connections_max: usize,
     /// The consensus leader probes a cell another cell suspects of having crashed before it
     /// commits its eviction, waiting this long for an answer; an answer refutes the
     /// suspicion (one bad link does not evict a healthy cell). 0: no probe.
@@ -139,6 +158,11 @@ impl Default for ClusterConfig {
             in_flight_per_connection_max: 1_024,
             peer_connect_timeout_ms: 1_000,
             peer_reply_timeout_ms: 6_000,
+            peer_queue_bytes_max: 64 << 20,
+            peer_forwards_in_flight_max: 4_096,
+            secret_file: String::new(),
+            peer_handshake_timeout_ms: 2_000,
+            peer_connections_max: 256,
             indirect_probe_timeout_ms: 250,
             replication_chunk_bytes: 256 * 1024,
             replication_backlog_bytes_max: 64 << 20,
@@ -206,6 +230,11 @@ pub struct ServerConfig {
     pub detail_delimiter: char,
     /// Most prefixes `stats detail` keeps; keys of further prefixes are not counted.
     pub detail_prefixes_max: usize,
+    /// Requests one connection may have executed per turn (memcached `-R`, default 20, at
+    /// least 1). A connection that reaches it with more input waiting stops, is counted in
+    /// `stats` as `conn_yields`, and is served again after the other ready connections, so
+    /// one pipelining client cannot starve the rest.
+    pub requests_per_event_max: u32,
 }
 
 /// memcached's `-B`: the protocol(s) a client connection may speak.
@@ -260,9 +289,14 @@ pub struct ListenAddr {
     pub port: Option<u16>,
 }
 
+/// A `-l` entry that is neither an IP address nor `IP:PORT`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("listen address {0:?}: not an IP address or IP:PORT")]
+pub struct BadListenAddr(pub String);
+
 impl std::str::FromStr for ListenAddr {
-    type Err = String;
-    fn from_str(part: &str) -> Result<Self, String> {
+    type Err = BadListenAddr;
+    fn from_str(part: &str) -> Result<Self, BadListenAddr> {
         if let Ok(ip) = part.parse::<IpAddr>() {
             return Ok(ListenAddr { ip, port: None });
         }
@@ -271,7 +305,7 @@ impl std::str::FromStr for ListenAddr {
                 ip: a.ip(),
                 port: Some(a.port()),
             })
-            .map_err(|_| format!("listen address {part:?}: not an IP address or IP:PORT"))
+            .map_err(|_| BadListenAddr(part.to_string()))
     }
 }
 
@@ -286,7 +320,7 @@ impl std::fmt::Display for ListenAddr {
 
 impl ListenAddrs {
     /// The addresses of `spec` (`addr[,addr…]`), appended to `self` (`-l` repeated).
-    pub fn extend_from_spec(&mut self, spec: &str) -> Result<(), String> {
+    pub fn extend_from_spec(&mut self, spec: &str) -> Result<(), BadListenAddr> {
         for part in spec.split(',') {
             self.0.push(part.trim().parse()?);
         }
@@ -296,7 +330,7 @@ impl ListenAddrs {
     /// A repeated `-l spec`: as memcached 1.6.18, a repetition of addresses already listed
     /// is ignored (`-l a -l a` listens once), anything else is appended (memcached matches
     /// the argument as a substring of its list; cellcache compares addresses).
-    pub fn add_repeated(&mut self, spec: &str) -> Result<(), String> {
+    pub fn add_repeated(&mut self, spec: &str) -> Result<(), BadListenAddr> {
         let more = ListenAddrs::parse(spec)?;
         if more.0.iter().all(|a| self.0.contains(a)) {
             return Ok(());
@@ -306,7 +340,7 @@ impl ListenAddrs {
     }
 
     /// Parses `addr[,addr…]`.
-    pub fn parse(spec: &str) -> Result<Self, String> {
+    pub fn parse(spec: &str) -> Result<Self, BadListenAddr> {
         let mut l = ListenAddrs(Vec::new());
         l.extend_from_spec(spec)?;
         Ok(l)
@@ -390,6 +424,7 @@ impl Default for ServerConfig {
             detail_enabled: false,
             detail_delimiter: ':',
             detail_prefixes_max: 10_000,
+            requests_per_event_max: 20,
         }
     }
 }
@@ -551,8 +586,34 @@ impl NodeConfig {
     }
 
     /// Checks the relations between limits; a cell refuses to start on failure.
+    /// Raises a memory limit below the store's minimum (two slabs and the index per shard)
+    /// to that minimum, as memcached gives each slab class its first page past `-m`;
+    /// returns the limit asked for when it did. [`crate::Node::start`] logs it.
+    pub fn raise_memory_to_minimum(&mut self) -> Option<usize> {
+        let min = self.store.memory_limit_min_bytes();
+        let asked = self.store.memory_limit_bytes;
+        // An item over half the memory is refused (validate), as memcached refuses it.
+        (asked < min && !self.item_over_half_the_memory()).then(|| {
+            self.store.memory_limit_bytes = min;
+            asked
+        })
+    }
+
+    /// memcached's rule: `-I` may be at most half of `-m`.
+    fn item_over_half_the_memory(&self) -> bool {
+        self.store.item_size_max_bytes > self.store.memory_limit_bytes / 2
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |e: &dyn std::fmt::Display| ConfigError::Invalid(e.to_string());
+        if self.item_over_half_the_memory() {
+            return Err(ConfigError::Invalid(format!(
+                "item size limit {} (-I, store.item_size_max_bytes) above half the memory limit \
+                 {} (-m, store.memory_limit_bytes): Cannot set item size limit higher than 1/2 \
+                 of memory max (as memcached)",
+                self.store.item_size_max_bytes, self.store.memory_limit_bytes
+            )));
+        }
         self.io.validate().map_err(|e| invalid(&e))?;
         self.store.validate().map_err(|e| invalid(&e))?;
         let limits = self.protocol_limits();
@@ -575,6 +636,13 @@ impl NodeConfig {
                 "server.detail_delimiter {:?} must be one printable ASCII character",
                 self.server.detail_delimiter
             )));
+        }
+        if self.server.requests_per_event_max == 0 {
+            return Err(ConfigError::Invalid(
+                "server.requests_per_event_max must be at least 1 (memcached -R: \"Number of \
+                 requests per event must be greater than 0\")"
+                    .into(),
+            ));
         }
         let c = &self.cluster;
         if !(1..=5).contains(&c.replication_factor) {
@@ -614,9 +682,18 @@ impl NodeConfig {
                 c.peer_reply_timeout_ms, c.request_timeout_ms
             )));
         }
-        if c.voters_max == 0 || c.in_flight_per_connection_max == 0 {
+        if c.voters_max == 0
+            || c.in_flight_per_connection_max == 0
+            || c.peer_queue_bytes_max == 0
+            || c.peer_forwards_in_flight_max == 0
+            || c.peer_handshake_timeout_ms == 0
+            || c.peer_connections_max == 0
+        {
             return Err(ConfigError::Invalid(
-                "cluster.voters_max and cluster.in_flight_per_connection_max must be > 0".into(),
+                "cluster.voters_max, cluster.in_flight_per_connection_max, \
+                 cluster.peer_queue_bytes_max, cluster.peer_forwards_in_flight_max, \
+                 cluster.peer_handshake_timeout_ms and cluster.peer_connections_max must be > 0"
+                    .into(),
             ));
         }
         if c.replication_chunk_bytes == 0
@@ -665,91 +742,4 @@ impl NodeConfig {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn example_config_in_repository_equals_defaults() {
-        let text = include_str!("../../../cellcache.example.toml");
-        let parsed = NodeConfig::from_toml_str(text).expect("example parses");
-        assert_eq!(parsed, NodeConfig::default());
-        // Every field must be spelled out in the example, not merely defaulted: compare
-        // the example's keys with the serialized defaults' keys.
-        let example: toml::Table = text.parse().unwrap();
-        let defaults: toml::Table = toml::to_string(&NodeConfig::default())
-            .unwrap()
-            .parse()
-            .unwrap();
-        for (section, fields) in &defaults {
-            let Some(fields) = fields.as_table() else {
-                continue;
-            };
-            for key in fields.keys() {
-                assert!(
-                    example.get(section).and_then(|s| s.get(key)).is_some(),
-                    "cellcache.example.toml lacks [{section}] {key}"
-                );
-            }
-        }
-    }
-
-    /// The parser refuses an oversized item before reading it and the store checks again
-    /// (append, incr, replication): both must count an item as memcached does.
-    #[test]
-    fn parser_and_store_count_item_sizes_alike() {
-        use cellcache_proto::limits as proto;
-        assert_eq!(
-            proto::ITEM_OVERHEAD_BYTES,
-            cellcache_store::ITEM_OVERHEAD_BYTES
-        );
-        assert_eq!(proto::ITEM_FLAGS_BYTES, cellcache_store::ITEM_FLAGS_BYTES);
-        assert_eq!(proto::ITEM_CAS_BYTES, cellcache_store::ITEM_CAS_BYTES);
-        let c = NodeConfig::default();
-        let limits = c.protocol_limits();
-        assert_eq!(limits.item_size_max, 1 << 20);
-        let cases = [(1, 1_048_516, 0), (1, 1_048_517, 0), (250, 1_048_267, 0)]
-            .into_iter()
-            .chain([(1, 1_048_512, 7), (1, 1_048_513, 7), (250, 1_048_268, 0)])
-            .chain([(1, 1_048_524, 0), (1, 1_048_525, 0)]);
-        for cas_enabled in [true, false] {
-            let mut c = c.clone();
-            c.store.cas_enabled = cas_enabled;
-            let limits = c.protocol_limits();
-            for (key, value, flags) in cases.clone() {
-                assert_eq!(
-                    limits.item_fits(key, value, flags),
-                    c.store.item_fits(key, value, flags),
-                    "{key} {value} {flags} cas {cas_enabled}"
-                );
-            }
-            assert_eq!(limits.value_bytes_max(), c.store.value_bytes_max());
-        }
-        // memcached -C -I 1m: 1 048 524 with a 1-byte key.
-        let mut no_cas = c.clone();
-        no_cas.store.cas_enabled = false;
-        assert_eq!(no_cas.protocol_limits().value_bytes_max(), 1_048_524);
-    }
-
-    #[test]
-    fn unknown_keys_are_refused() {
-        let err = NodeConfig::from_toml_str("[server]\nprot = 1\n").unwrap_err();
-        assert!(err.to_string().contains("prot"), "{err}");
-    }
-
-    #[test]
-    // figment's Jail API fixes the closure's error type; nothing to shrink here.
-    #[allow(clippy::result_large_err)]
-    fn environment_overrides_file() {
-        figment::Jail::expect_with(|jail| {
-            jail.create_file("c.toml", "[server]\nport = 1000\n[io]\nthreads = 3\n")?;
-            jail.set_env("CELLCACHE_SERVER__PORT", "2000");
-            jail.set_env("CELLCACHE_STORE__MEMORY_LIMIT_BYTES", "33554432");
-            jail.set_env("CELLCACHE_UNRELATED", "ignored: not SECTION__FIELD");
-            let c = NodeConfig::load(Some(Path::new("c.toml"))).map_err(|e| e.to_string())?;
-            assert_eq!(c.server.port, 2000);
-            assert_eq!(c.io.threads, 3);
-            assert_eq!(c.store.memory_limit_bytes, 32 << 20);
-            Ok(())
-        });
-    }
-}
+mod tests;

@@ -11,23 +11,32 @@
 //! consuming input until replies drain.
 //!
 //! The first byte of a connection picks its protocol for the connection's life, as in
-//! memcached: `0x80` is the binary protocol (`crate::binary`), anything else text. Binary
+//! memcached: `0x80` is the binary protocol ([`binary`]), anything else text. Binary
 //! frames run through the same [`Conn::run`] as text requests, so both share the store,
 //! the ring's routing, replication, stats and this reply order.
 //!
 //! The discard debt survives between batches: after a rejected storage command, memcached
 //! swallows the announced data block, which may arrive over several reads. Counters are
 //! folded into the cell's totals once per batch.
+//!
+//! memcached's `-R` (`server.requests_per_event_max`): one `on_input` runs at most that
+//! many requests. With input left after them the session stops, sets `Progress::yielded`
+//! and counts `conn_yields`; the engine serves the other ready connections and then offers
+//! the rest again. A yielded request is simply not consumed yet, so whatever spans calls
+//! (a long multi-get taken in batches, replies waiting on the ring in the queue) carries on
+//! unchanged on the next call.
 
-use crate::binary::Encoding;
+pub mod binary;
+
 use crate::cell::Cell;
 use crate::cluster::Cluster;
-use crate::cluster::route::{self, Ctx, Placement, Reply};
+use crate::cluster::route::{self, Ctx, Reply};
 use crate::counters::LocalCounters;
 use crate::local::{Flow, execute};
+use binary::Encoding;
 use cellcache_io::{Accepted, Notify, Progress, Service, Session};
 use cellcache_proto::binary::MAGIC_REQUEST;
-use cellcache_proto::{Discard, Parsed, Request, RetrieveRest, parse, parse_retrieve_rest};
+use cellcache_proto::{Discard, Parsed, Request, RetrieveRest, lines, parse, parse_retrieve_rest};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,6 +44,8 @@ use std::time::{Duration, Instant};
 /// Creates a [`Conn`] per accepted client.
 pub struct ClientService {
     pub cell: Arc<Cell>,
+    /// The cell's ring membership, once it has one.
+    pub ring: Arc<crate::cluster::Slot>,
 }
 
 impl Service for ClientService {
@@ -43,6 +54,7 @@ impl Service for ClientService {
         Conn {
             registration: self.cell.conns.open(accepted, self.cell.now()),
             cell: self.cell.clone(),
+            ring: self.ring.clone(),
             discard: Discard::default(),
             counters: LocalCounters::default(),
             notify,
@@ -51,6 +63,7 @@ impl Service for ClientService {
             retrieve_rest: None,
             skip_line: false,
             wire: Wire::Undecided,
+            requests_this_event: 0,
         }
     }
 }
@@ -82,11 +95,12 @@ enum Wire {
 }
 
 /// The reply every keyed request gets from a standby cell (not in a ring yet).
-const STANDBY: &[u8] = b"SERVER_ERROR standby: this cell is not in a ring yet\r\n";
+const STANDBY: &[u8] = lines::SERVER_ERROR_STANDBY;
 
 /// One connection's state; owned by the engine thread that owns the connection.
 pub struct Conn {
     pub(crate) cell: Arc<Cell>,
+    ring: Arc<crate::cluster::Slot>,
     /// This connection in the cell's `stats conns` registry (left on drop).
     registration: crate::conns::Registration,
     pub(crate) discard: Discard,
@@ -102,6 +116,9 @@ pub struct Conn {
     retrieve_rest: Option<RetrieveRest>,
     /// A long retrieval line was refused before its end arrived: drop input through its `\n`.
     skip_line: bool,
+    /// Requests started in the current `on_input` call, against
+    /// `server.requests_per_event_max` (memcached's `-R`).
+    requests_this_event: u32,
 }
 
 impl Conn {
@@ -129,8 +146,11 @@ impl Conn {
     }
 
     /// Whether another request may be read from `input` now: input is left after the bytes
-    /// being discarded, the output is under its `budget` (else `output_full`), and the
-    /// replies in flight are under their bound (resumed by `on_notify` once they drain).
+    /// being discarded, the output is under its `budget` (else `output_full`), the replies
+    /// in flight are under their bound (resumed by `on_notify` once they drain), and this
+    /// call has not yet started `server.requests_per_event_max` requests (else `yielded`,
+    /// counted in `conn_yields`). Every `true` counts as a request started: a request, a
+    /// batch of a long retrieval line's keys, or the skipped rest of a refused line.
     pub(crate) fn next_request(
         &mut self,
         input: &[u8],
@@ -146,7 +166,18 @@ impl Conn {
             p.output_full = true;
             return false;
         }
-        !self.in_flight_full()
+        if self.in_flight_full() {
+            return false;
+        }
+        if self.requests_this_event >= self.cell.config.server.requests_per_event_max {
+            // As memcached's conn_new_cmd once its reqs_per_event are spent: stop with
+            // input left (maybe only part of a request, as memcached's rbytes > 0).
+            p.yielded = true;
+            self.counters.conn_yields += 1;
+            return false;
+        }
+        self.requests_this_event += 1;
+        true
     }
 
     /// Whether the queue of replies in flight is full (stop consuming input until it drains).
@@ -215,43 +246,33 @@ impl Conn {
                 flow
             }
             Some(cl) => {
-                let placed_at = cl.epoch();
-                let placement = route::place_in_order(cl, request, false, None);
-                let mut local = None;
-                if let Placement::NoKeys | Placement::Local = placement {
-                    let start = out.len();
-                    let (flow, captured) =
-                        route::execute_local(cl, request, now, out, &mut self.counters);
-                    strip_end(out, start, end);
-                    match route::after(cl, request, placed_at, false, captured) {
-                        route::After::Now => local = Some(flow),
-                        route::After::Stray => {
-                            if out.len() > start {
-                                out.truncate(start);
-                                out.extend_from_slice(route::UNAVAILABLE);
-                            }
-                            local = Some(flow);
-                        }
-                        route::After::Wait(positions) => {
-                            // Everything this request wrote (`tmp` holds nothing else).
-                            let reply = out.split_off(start);
-                            let quiet = reply.is_empty();
-                            let slot = self.slot();
-                            slotted = true;
-                            let enc = encoding.clone();
-                            route::reply_after_replication(
-                                cl,
-                                positions,
-                                reply,
-                                quiet,
-                                Box::new(move |b| slot.fill(enc.finish(b))),
-                            );
-                            local = Some(flow);
-                        }
-                        // The map moved the key away meanwhile: route it anew.
-                        route::After::Reroute => out.truncate(start),
+                let decided = route::here(
+                    cl,
+                    request,
+                    false,
+                    None,
+                    now,
+                    out,
+                    &mut self.counters,
+                    |out, start| strip_end(out, start, end),
+                );
+                let local = match decided {
+                    route::Here::Answered(flow) => Some(flow),
+                    route::Here::Held {
+                        flow,
+                        positions,
+                        reply,
+                        quiet,
+                    } => {
+                        let slot = self.slot();
+                        slotted = true;
+                        let enc = encoding.clone();
+                        let fill = Box::new(move |b| slot.fill(enc.finish(b)));
+                        route::reply_after_replication(cl, positions, reply, quiet, fill);
+                        Some(flow)
                     }
-                }
+                    route::Here::Again | route::Here::Elsewhere(_) => None,
+                };
                 match local {
                     Some(flow) => flow,
                     None => {
@@ -318,7 +339,7 @@ impl Conn {
         };
         if r.keys.is_empty() {
             if end {
-                self.emit(b"END\r\n".to_vec(), output);
+                self.emit(lines::END.to_vec(), output);
             }
             return;
         }
@@ -353,9 +374,12 @@ impl Conn {
             );
             return;
         };
-        let mut md = b"md ".to_vec();
-        md.extend_from_slice(key.wire);
-        md.extend_from_slice(if key.base64 { b" b\r\n" } else { b"\r\n" });
+        let mut md = Vec::new();
+        Request::MetaDelete {
+            key,
+            flags: cellcache_proto::MetaDeleteFlags::default(),
+        }
+        .encode(&mut md);
         let ctx = Ctx {
             forwarded: false,
             from_epoch: 0,
@@ -375,7 +399,9 @@ impl Session for Conn {
         if p.consumed > 0 {
             state.command_at(self.cell.now());
         }
-        state.set_phase(if p.consumed < input.len() {
+        state.set_phase(if p.yielded {
+            Phase::NewCmd
+        } else if p.consumed < input.len() {
             Phase::Nread
         } else {
             Phase::Read
@@ -384,6 +410,7 @@ impl Session for Conn {
     }
 
     fn on_notify(&mut self, output: &mut Vec<u8>, _budget: usize) -> Progress {
+        self.requests_this_event = 0;
         self.flush(output);
         Progress {
             close: self.closing && self.queue.is_empty(),
@@ -402,13 +429,14 @@ impl Conn {
     /// [`Session::on_input`] proper (the trait method keeps `stats conns` state around it).
     fn handle_input(&mut self, input: &[u8], output: &mut Vec<u8>, budget: usize) -> Progress {
         let mut p = Progress::default();
+        self.requests_this_event = 0;
         let now = self.cell.now();
         self.flush(output);
         if self.closing {
             p.close = self.queue.is_empty();
             return p;
         }
-        let cluster = self.cell.cluster.get().cloned();
+        let cluster = self.ring.cluster.get().cloned();
         let standby = cluster.is_none() && self.cell.config.cluster.enabled;
         if self.wire == Wire::Undecided {
             use crate::config::BindingProtocol;
@@ -485,12 +513,13 @@ impl Conn {
                         break;
                     };
                     let line = String::from_utf8_lossy(&rest[..eol]).trim_end().to_string();
-                    if crate::cluster::ext::is_extension(line.as_bytes()) {
+                    use crate::cluster::ext;
+                    if ext::is_extension(line.as_bytes()) {
                         p.consumed += eol + 1;
                         let slot = self.slot();
                         let cl2 = cl.clone();
                         cl.handle.spawn(async move {
-                            slot.fill(crate::cluster::ext::run(cl2, line).await);
+                            slot.fill(ext::run(cl2, line, ext::Origin::ClientPort).await);
                         });
                         continue;
                     }
@@ -503,12 +532,12 @@ impl Conn {
                 let line = String::from_utf8_lossy(&rest[..eol]).trim_end().to_string();
                 p.consumed += eol + 1;
                 let slot = self.slot();
-                let cell = self.cell.clone();
+                let (cell, ring) = (self.cell.clone(), self.ring.clone());
                 let spawned = std::thread::Builder::new()
                     .name("cellcache-invite".into())
-                    .spawn(move || slot.fill(invite(&cell, &line)));
+                    .spawn(move || slot.fill(crate::cluster::invite(&cell, &ring, &line)));
                 if spawned.is_err() {
-                    output.extend_from_slice(b"SERVER_ERROR cannot start the join\r\n");
+                    output.extend_from_slice(lines::SERVER_ERROR_JOIN_NOT_STARTED);
                 }
                 continue;
             }
@@ -581,30 +610,156 @@ impl Conn {
 /// Drops the `END\r\n` that closes a retrieval reply written at `from..` unless `end`: a
 /// batch of a long retrieval line is followed by more values.
 fn strip_end(out: &mut Vec<u8>, from: usize, end: bool) {
-    if !end && out.len() >= from + 5 && out.ends_with(b"END\r\n") {
-        out.truncate(out.len() - 5);
+    if !end && out.len() >= from + lines::END.len() && out.ends_with(lines::END) {
+        out.truncate(out.len() - lines::END.len());
     }
 }
 
-/// `cluster invite <ring-cell client address> <parent id>` on a standby cell: joins the ring
-/// as a division of the parent (blocking; runs on its own thread).
-fn invite(cell: &Arc<Cell>, line: &str) -> Vec<u8> {
-    let words: Vec<&str> = line.split_ascii_whitespace().collect();
-    let ["cluster", "invite", ring, parent] = words.as_slice() else {
-        return b"SERVER_ERROR standby: only `cluster invite <ring-addr> <parent-id>` works\r\n"
-            .to_vec();
-    };
-    let Ok(parent) = parent.parse::<cellcache_cluster::CellId>() else {
-        return b"CLIENT_ERROR bad cell id\r\n".to_vec();
-    };
-    let Some(repl) = cell.standby_repl.lock().take() else {
-        return b"SERVER_ERROR already joining or joined\r\n".to_vec();
-    };
-    match crate::cluster::Cluster::start(cell.clone(), repl, ring, Some(&parent)) {
-        Ok(cl) => format!("OK {}\r\n", cl.me).into_bytes(),
-        Err(e) => {
-            tracing::error!(error = %e, "invitation failed");
-            format!("SERVER_ERROR join failed: {e:#}\r\n").into_bytes()
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::NodeConfig;
+
+    /// A standalone cell with `requests_per_event_max` and a session on it, driven by hand.
+    fn session(requests_per_event_max: u32, keys_per_get_max: usize) -> (Arc<Cell>, Conn) {
+        let mut config = NodeConfig::default();
+        config.cluster.enabled = false;
+        config.store.memory_limit_bytes = 16 << 20;
+        config.server.requests_per_event_max = requests_per_event_max;
+        config.protocol.keys_per_get_max = keys_per_get_max;
+        config.validate().expect("valid test config");
+        let store = cellcache_store::Store::new(config.store.clone()).expect("store");
+        let limits = config.protocol_limits();
+        let cell = Arc::new(Cell::new(
+            config,
+            store,
+            limits,
+            cellcache_io::Shutdown::new(),
+        ));
+        let service = ClientService {
+            cell: cell.clone(),
+            ring: Default::default(),
+        };
+        let accepted = Accepted {
+            peer: "127.0.0.1:40000".parse().unwrap(),
+            listener: "127.0.0.1:11211".parse().unwrap(),
+            fd: -1,
+        };
+        let conn = service.open(accepted, Notify::noop());
+        (cell, conn)
+    }
+
+    fn sets(n: usize) -> Vec<u8> {
+        (0..n)
+            .flat_map(|i| format!("set k{i} 0 0 1\r\nx\r\n").into_bytes())
+            .collect()
+    }
+
+    /// memcached's t/issue_61.t at the session: with -R 1, six pipelined sets take six
+    /// calls, one request each; the first five stop with input left (five yields).
+    #[test]
+    fn limit_of_one_runs_one_request_per_call_and_counts_yields() {
+        let (cell, mut conn) = session(1, 24);
+        let input = sets(6);
+        let one = b"set k0 0 0 1\r\nx\r\n".len();
+        let mut at = 0;
+        let mut output = Vec::new();
+        for call in 0..6 {
+            let before = output.len();
+            let p = conn.on_input(&input[at..], &mut output, 1 << 20);
+            assert_eq!(p.consumed, one, "call {call} consumes one set");
+            assert_eq!(&output[before..], b"STORED\r\n", "call {call}");
+            assert_eq!(p.yielded, call < 5, "call {call}: input left = yielded");
+            assert!(!p.output_full && !p.close);
+            at += p.consumed;
         }
+        assert_eq!(at, input.len());
+        let counts = cell.counters.snapshot();
+        assert_eq!(counts.conn_yields, 5);
+        assert_eq!(counts.cmd_set, 6);
+    }
+
+    /// With memcached's default (20) a pipelined batch under the limit runs in one call.
+    #[test]
+    fn default_limit_runs_a_small_batch_in_one_call() {
+        let (cell, mut conn) = session(NodeConfig::default().server.requests_per_event_max, 24);
+        let input = sets(5);
+        let mut output = Vec::new();
+        let p = conn.on_input(&input, &mut output, 1 << 20);
+        assert_eq!(p.consumed, input.len());
+        assert!(!p.yielded);
+        assert_eq!(output, b"STORED\r\n".repeat(5));
+        assert_eq!(cell.counters.snapshot().conn_yields, 0);
+        // 25 requests: 20 run, the rest wait for the next call.
+        let input = sets(25);
+        let first20 = sets(20).len();
+        output.clear();
+        let p = conn.on_input(&input, &mut output, 1 << 20);
+        assert_eq!((p.consumed, p.yielded), (first20, true));
+        let p = conn.on_input(&input[first20..], &mut output, 1 << 20);
+        assert_eq!((p.consumed, p.yielded), (input.len() - first20, false));
+        assert_eq!(output, b"STORED\r\n".repeat(25));
+        assert_eq!(cell.counters.snapshot().conn_yields, 1);
+    }
+
+    /// A long get taken in batches (`Parsed::Partial`) may yield between batches: the rest
+    /// of the line is picked up on the next call and the reply is the same as in one go.
+    #[test]
+    fn a_multi_get_taken_in_batches_survives_yields() {
+        let (cell, mut conn) = session(1, 2);
+        let mut output = Vec::new();
+        for (key, value) in [("a", "1"), ("b", "2"), ("c", "3"), ("d", "4"), ("e", "5")] {
+            let set = format!("set {key} 0 0 1\r\n{value}\r\n");
+            let p = conn.on_input(set.as_bytes(), &mut output, 1 << 20);
+            assert_eq!(p.consumed, set.len());
+        }
+        output.clear();
+        let input = b"get a b c d e\r\nget a\r\n";
+        let mut at = 0;
+        let mut calls = 0;
+        while at < input.len() {
+            let p = conn.on_input(&input[at..], &mut output, 1 << 20);
+            assert!(p.consumed > 0, "every call makes progress");
+            at += p.consumed;
+            calls += 1;
+            assert_eq!(p.yielded, at < input.len());
+        }
+        let want: String = [
+            "a 0 1\r\n1",
+            "b 0 1\r\n2",
+            "c 0 1\r\n3",
+            "d 0 1\r\n4",
+            "e 0 1\r\n5",
+        ]
+        .iter()
+        .map(|v| format!("VALUE {v}\r\n"))
+        .chain(["END\r\nVALUE a 0 1\r\n1\r\nEND\r\n".to_string()])
+        .collect();
+        assert_eq!(String::from_utf8_lossy(&output), want);
+        // Three batches of the long line (2 + 2 + 1 keys), then the second get.
+        assert_eq!(calls, 4);
+        assert_eq!(cell.counters.snapshot().conn_yields, 3);
+    }
+
+    /// Binary frames go through the same gate.
+    #[test]
+    fn binary_frames_yield_too() {
+        let (cell, mut conn) = session(1, 24);
+        // Two `version` requests (opcode 0x0b), no body.
+        let mut frame = [0u8; 24];
+        frame[0] = 0x80;
+        frame[1] = 0x0b;
+        let input = [frame, frame].concat();
+        let mut output = Vec::new();
+        let p = conn.on_input(&input, &mut output, 1 << 20);
+        assert_eq!((p.consumed, p.yielded), (24, true));
+        let p = conn.on_input(&input[24..], &mut output, 1 << 20);
+        assert_eq!((p.consumed, p.yielded), (24, false));
+        assert_eq!(
+            output.iter().filter(|&&b| b == 0x81).count(),
+            2,
+            "two responses"
+        );
+        assert_eq!(cell.counters.snapshot().conn_yields, 1);
     }
 }

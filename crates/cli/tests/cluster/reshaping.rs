@@ -1,0 +1,179 @@
+//! The ring changing shape under load: divisions and absorptions, a killed cell absorbed,
+//! a silent master that must not hold a forwarded request forever.
+
+use super::*;
+
+/// Online division and leave under continuous load from several clients: no client sees
+/// an error, and the history checker finds every acknowledged write readable with its
+/// latest value afterwards (registers), and every acknowledged append exactly once and in
+/// order (append logs).
+#[test]
+fn split_and_leave_under_load_lose_nothing() {
+    use cellcache_testkit::history::{CheckConfig, check};
+    use cellcache_testkit::workload::{Workload, WorkloadConfig};
+    use std::time::Duration;
+    if common::is_memcached() {
+        return;
+    }
+    let mut ring = Ring::start(3, &["-m", "32"]);
+    let standby = ring.add_standby(&["-m", "32"]);
+    // Clients use the cells that stay in the ring for the whole run (cell 2 leaves).
+    let servers = vec![ring.cells[0].addr, ring.cells[1].addr];
+    let tune = |mut c: WorkloadConfig, seed: u64| {
+        c.clients = 3;
+        c.keys = 24;
+        c.ops_per_client = 100_000;
+        // A range taken over from a departing cell is served after the map lease (2.1 s).
+        c.request_timeout = Duration::from_secs(8);
+        c.think_time = Duration::from_millis(2);
+        c.seed = seed;
+        c
+    };
+    let registers = Workload::start(tune(WorkloadConfig::registers(servers.clone()), 7)).unwrap();
+    let logs = Workload::start(tune(WorkloadConfig::append_logs(servers), 8)).unwrap();
+    let during = Duration::from_secs(30);
+    assert!(registers.wait_completed(200, during) && logs.wait_completed(200, during));
+    // Division: the standby cell takes the second half of cell 0's range.
+    let parent = ring.id(0);
+    let server = ring.cells[0].addr.to_string();
+    let reply = ring.command(standby, &format!("cluster invite {server} {parent}"));
+    assert!(reply.starts_with("OK "), "{reply}");
+    ring.wait_formed(4);
+    let (r, l) = (registers.completed(), logs.completed());
+    assert!(registers.wait_completed(r + 200, during) && logs.wait_completed(l + 200, during));
+    // Leave: cell 2 hands its range to its successor and exits.
+    let leaving = ring.id(2);
+    let reply = ring.command(0, &format!("cluster leave {leaving}"));
+    assert!(reply.starts_with("OK "), "{reply}");
+    ring.wait_formed_among(3, &[0, 1, standby]);
+    common::wait_until(
+        "the leaving cell exits",
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        || !ring.cells[2].is_running(),
+    );
+    let (r, l) = (registers.completed(), logs.completed());
+    assert!(registers.wait_completed(r + 200, during) && logs.wait_completed(l + 200, during));
+    for (name, w) in [("registers", registers), ("append logs", logs)] {
+        let run = w.finish();
+        eprintln!("{name}: {:?}", run.summary);
+        for op in run.history.operations().unwrap() {
+            if !matches!(op.outcome, cellcache_testkit::history::Outcome::Ok(_)) {
+                eprintln!("{name}: {op}");
+            }
+        }
+        assert_eq!(run.summary.failed, 0, "{name}: no client error");
+        assert_eq!(run.summary.unknown, 0, "{name}: no unknown outcome");
+        assert_eq!(
+            run.summary.final_reads_missing, 0,
+            "{name}: every key readable"
+        );
+        check(&run.history, CheckConfig::default()).assert_valid();
+    }
+}
+
+/// kill -9 of a cell: its successor takes its range over from its backup copy, both
+/// survivors re-replicate so each holds the other's range again, the absorption completes
+/// (the dead cell leaves every map) and every key written before stays readable through
+/// every survivor.
+#[test]
+fn a_killed_cell_is_absorbed_without_losing_keys() {
+    if common::is_memcached() {
+        return;
+    }
+    let mut ring = Ring::start(3, &["-m", "32"]);
+    let mut c = ring.cells[0].connect();
+    for i in 0..KEYS {
+        let v = value(i, 0);
+        c.roundtrip(
+            format!("set key{i} 0 0 {}\r\n{v}\r\n", v.len()).as_bytes(),
+            b"STORED\r\n",
+        );
+    }
+    let dead_id = ring.id(1);
+    ring.cells[1].kill9();
+    ring.wait_formed_among(2, &[0, 2]);
+    // The absorption completed: the dead cell is gone from every map.
+    for i in [0, 2] {
+        assert!(
+            !ring
+                .status(i)
+                .iter()
+                .any(|l| l.starts_with(&format!("CELL {dead_id} ")))
+        );
+    }
+    for i in [0, 2] {
+        let mut c = ring.cells[i].connect();
+        for k in 0..KEYS {
+            assert_eq!(
+                get(&mut c, &format!("key{k}")),
+                Some(value(k, 0)),
+                "key{k} via {i}"
+            );
+        }
+    }
+    common::wait_until(
+        "re-replication completes",
+        std::time::Duration::from_secs(30),
+        std::time::Duration::from_millis(100),
+        || {
+            [0, 2].iter().map(|&i| ring.ranges(i)).all(|(rows, total)| {
+                rows.iter().map(|r| r.2).sum::<u64>() == KEYS as u64 && total == KEYS as u64
+            })
+        },
+    );
+}
+
+/// A request forwarded to a master that never answers (SIGSTOP: its kernel still
+/// acknowledges the bytes, so the connection does not fail) is given up on with the
+/// retryable error after the deadline plus one more timeout, and the client's next request
+/// reaches the cell that took the range over.
+#[test]
+fn a_silent_master_does_not_hold_a_forwarded_request_forever() {
+    if common::is_memcached() {
+        return;
+    }
+    let ring = Ring::start(3, &["-m", "32"]);
+    let key = (0..)
+        .map(|i| format!("s{i}"))
+        .find(|k| ring.master_of(k) == 2)
+        .unwrap();
+    let mut c = ring.cells[0].connect();
+    c.roundtrip(
+        format!("set {key} 0 0 1\r\nv\r\n").as_bytes(),
+        b"STORED\r\n",
+    );
+    let pid = ring.cells[2].pid().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let started = std::time::Instant::now();
+    c.send(format!("get {key}\r\n").as_bytes());
+    let first = c.line();
+    let waited = started.elapsed();
+    eprintln!("first reply {first:?} after {waited:?}");
+    // Either the watchdog answered, or the request was re-routed after the map changed.
+    assert!(
+        first.starts_with("SERVER_ERROR cluster: no master available")
+            || first.starts_with("VALUE"),
+        "{first} after {waited:?}"
+    );
+    if first.starts_with("VALUE") {
+        assert_eq!(c.line(), "v");
+        assert_eq!(c.line(), "END");
+    }
+    // The range moves to the stopped cell's successor; the key is served again.
+    common::wait_until(
+        "the key is served again",
+        std::time::Duration::from_secs(30),
+        std::time::Duration::from_millis(10),
+        || get(&mut ring.cells[1].connect(), &key).as_deref() == Some("v"),
+    );
+    let _ = std::process::Command::new("kill")
+        .args(["-CONT", &pid])
+        .status();
+}
