@@ -163,6 +163,25 @@ impl Opcode {
         self as u8
     }
 
+    /// A storage command (set, add, replace, append, prepend and their quiet forms): the
+    /// frames that carry a value.
+    pub const fn is_storage(self) -> bool {
+        use Opcode as O;
+        matches!(
+            self,
+            O::Set
+                | O::SetQ
+                | O::Add
+                | O::AddQ
+                | O::Replace
+                | O::ReplaceQ
+                | O::Append
+                | O::AppendQ
+                | O::Prepend
+                | O::PrependQ
+        )
+    }
+
     /// A quiet command: its success reply is not sent (and for the get family, its miss).
     pub const fn is_quiet(self) -> bool {
         use Opcode as O;

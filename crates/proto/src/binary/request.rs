@@ -242,23 +242,6 @@ fn lengths_fit(opcode: Opcode, h: &Header) -> bool {
     }
 }
 
-fn is_storage(opcode: Opcode) -> bool {
-    use Opcode as O;
-    matches!(
-        opcode,
-        O::Set
-            | O::SetQ
-            | O::Add
-            | O::AddQ
-            | O::Replace
-            | O::ReplaceQ
-            | O::Append
-            | O::AppendQ
-            | O::Prepend
-            | O::PrependQ
-    )
-}
-
 fn be_u32(b: &[u8]) -> u32 {
     let mut a = [0u8; 4];
     a.copy_from_slice(&b[..4]);
@@ -345,7 +328,7 @@ pub fn parse_request<'a>(buf: &'a [u8], limits: &Limits) -> BinaryParsed<'a> {
             .map_or(0, |f| u32::from_be_bytes([f[0], f[1], f[2], f[3]]));
         !limits.item_fits(key_len, value_len, flags)
     };
-    if is_storage(opcode)
+    if opcode.is_storage()
         && (value_len > limits.value_bytes_max() || buf.get(..head_len).is_some_and(item_too_large))
     {
         // Answer as soon as the key is here; the value is swallowed as it arrives.

@@ -319,16 +319,7 @@ impl Shape {
                 }
                 _ => self.unexpected(text, out),
             },
-            O::Set
-            | O::SetQ
-            | O::Add
-            | O::AddQ
-            | O::Replace
-            | O::ReplaceQ
-            | O::Append
-            | O::AppendQ
-            | O::Prepend
-            | O::PrependQ => match meta {
+            op if op.is_storage() => match meta {
                 Some(m) if m.status == MetaStatus::Hd => {
                     if !quiet {
                         self.success(m.flags.cas.unwrap_or(0), &[], &[], out);
@@ -392,7 +383,9 @@ impl Shape {
                 Response::Version(v) => self.success(0, &[], v, out),
                 _ => self.unexpected(text, out),
             },
-            O::Stat | O::Quit | O::QuitQ => self.unexpected(text, out),
+            // Stat is answered above, quit with a reply other than none is unexpected;
+            // storage opcodes are taken by the `is_storage` arm.
+            _ => self.unexpected(text, out),
         }
     }
 
