@@ -165,14 +165,10 @@ impl CapacityReport {
 pub fn run(args: CapacityArgs) -> anyhow::Result<()> {
     let addr = crate::args::resolve_servers(std::slice::from_ref(&args.server))?[0];
     let report = measure(addr, &args.params)?;
-    let json = serde_json::to_string_pretty(&report)?;
-    if let Some(path) = &args.output {
-        std::fs::write(path, &json).with_context(|| format!("writing {}", path.display()))?;
-    }
-    if args.json {
-        println!("{json}")
-    } else {
-        println!("{}", report.summary())
-    }
-    Ok(())
+    crate::emit(
+        &report,
+        |r| format!("{}\n", r.summary()),
+        args.json,
+        args.output.as_deref(),
+    )
 }

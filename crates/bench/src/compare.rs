@@ -299,16 +299,7 @@ fn start_server(
 /// Entry point of the side-by-side comparison.
 pub fn run_compare(args: CompareArgs) -> anyhow::Result<()> {
     let report = compare(&args)?;
-    let json = serde_json::to_string_pretty(&report)?;
-    if let Some(path) = &args.output {
-        std::fs::write(path, &json).with_context(|| format!("writing {}", path.display()))?;
-    }
-    if args.json {
-        println!("{json}")
-    } else {
-        print!("{}", report.table())
-    }
-    Ok(())
+    crate::emit(&report, |r| r.table(), args.json, args.output.as_deref())
 }
 
 /// Runs the comparison and returns its report.

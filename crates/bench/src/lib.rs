@@ -69,7 +69,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         args::ProgressArg::Auto => std::io::stderr().is_terminal(),
     };
     let report = run_load(&servers, &args.load, show_progress)?;
-    emit(&report, args.json, args.output.as_deref())?;
+    emit(&report, RunReport::table, args.json, args.output.as_deref())?;
     if let Some(dir) = &args.plot_dir {
         plot::render(
             &[(report.config.servers.join("+"), report.clone())],
@@ -81,8 +81,14 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Prints the report (table or JSON) and optionally saves the JSON.
-fn emit(report: &RunReport, json: bool, output: Option<&std::path::Path>) -> anyhow::Result<()> {
+/// Prints a report (its human summary, or its JSON) and optionally saves the JSON: the one
+/// way every `bench` subcommand hands its result to the user.
+pub(crate) fn emit<R: serde::Serialize>(
+    report: &R,
+    summary: impl FnOnce(&R) -> String,
+    json: bool,
+    output: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
     let text = serde_json::to_string_pretty(report)?;
     if let Some(path) = output {
         std::fs::write(path, &text).with_context(|| format!("writing {}", path.display()))?;
@@ -90,7 +96,7 @@ fn emit(report: &RunReport, json: bool, output: Option<&std::path::Path>) -> any
     if json {
         println!("{text}")
     } else {
-        print!("{}", report.table())
+        print!("{}", summary(report))
     }
     Ok(())
 }
