@@ -106,7 +106,9 @@ fn ring_command(server: &str, line: &str, secret_file: Option<&str>) -> anyhow::
     let timeout = Duration::from_secs(30);
     let peer = cellcache_node::cluster::peer_address_of(server, timeout)?;
     let wire = cellcache_node::config::NodeConfig::default().cluster.wire;
-    handshake::operator_call(&peer, &secret, &wire, line, timeout)
+    Ok(handshake::operator_call(
+        &peer, &secret, &wire, line, timeout,
+    )?)
 }
 
 pub fn run(args: CtlArgs) -> anyhow::Result<()> {

@@ -24,12 +24,48 @@ pub mod meta;
 pub mod outcome;
 pub mod stats;
 
-use anyhow::Context;
 use cell::Cell;
 use cellcache_io::{RunningEngine, Shutdown};
 use config::NodeConfig;
 use std::net::SocketAddr;
 use std::sync::Arc;
+
+/// Why a cell did not start. Each variant says what failed; its source says why.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    #[error(transparent)]
+    Memory(#[from] memory::DoesNotFit),
+    #[error("binding the client port {addr}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("allocating the store")]
+    Store(#[source] cellcache_store::ConfigError),
+    #[error("joining the ring")]
+    Ring(#[source] cluster::StartError),
+    #[error("starting the I/O engine")]
+    Engine(#[source] cellcache_io::IoError),
+}
+
+/// An error and its sources on one line, `outer: cause: root`, each said once (a message
+/// that already contains its source's text is not followed by it again): for log lines
+/// and replies, where the error's own `Display` gives only the outermost part.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut next = Some(e);
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        if !text.is_empty() && !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        next = cause.source();
+    }
+    parts.join(": ")
+}
 
 /// A running cell.
 pub struct Node {
@@ -41,7 +77,7 @@ pub struct Node {
 
 impl Node {
     /// Allocates the store, binds the listener and starts the engine's threads.
-    pub fn start(mut config: NodeConfig, shutdown: Shutdown) -> anyhow::Result<Node> {
+    pub fn start(mut config: NodeConfig, shutdown: Shutdown) -> Result<Node, StartError> {
         if let Some(asked) = config.raise_memory_to_minimum() {
             tracing::warn!(
                 asked_bytes = asked,
@@ -69,16 +105,16 @@ impl Node {
         // map, or the map keeps a member that never serves (the engine binds later).
         if config.cluster.enabled || (config.server.port == 0 && config.server.addrs().len() > 1) {
             let at = SocketAddr::new(config.server.listen.first(), config.server.port);
-            let probe = std::net::TcpListener::bind(at)
-                .with_context(|| format!("binding the client port {at}"))?;
-            config.server.port = probe.local_addr()?.port();
+            let bind_error = |source| StartError::Bind { addr: at, source };
+            let probe = std::net::TcpListener::bind(at).map_err(bind_error)?;
+            config.server.port = probe.local_addr().map_err(bind_error)?.port();
         }
         let store = if config.cluster.enabled {
             cellcache_store::Store::with_change_sink(config.store.clone(), repl.clone())
         } else {
             cellcache_store::Store::new(config.store.clone())
         }
-        .context("allocating the store")?;
+        .map_err(StartError::Store)?;
         tracing::info!(
             memory_limit_bytes = config.store.memory_limit_bytes,
             slab_size_bytes = config.store.slab_size_bytes,
@@ -97,7 +133,7 @@ impl Node {
             if cell.config.cluster.enabled {
                 let join = cell.config.cluster.join.clone();
                 cluster::Cluster::start(cell.clone(), repl, &join, None, &ring)
-                    .context("joining the ring")?;
+                    .map_err(StartError::Ring)?;
             }
             ring
         };
@@ -112,7 +148,7 @@ impl Node {
             service,
             shutdown,
         )
-        .context("starting the I/O engine")?;
+        .map_err(StartError::Engine)?;
         cell.conns.set_listeners(&engine.listeners);
         let _ = cell.engine_stats.set(engine.stats.clone());
         let _ = cell.engine.set(engine.engine);

@@ -31,22 +31,48 @@ pub enum HandshakeError {
     Refused(String),
     #[error("malformed Hello: {0}")]
     Hello(String),
-    #[error("not finished within the handshake timeout")]
+    #[error("no answer within the timeout")]
     TimedOut,
+}
+
+/// Why the ring's secret file could not be read or made.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    #[error("reading the cluster secret file {path}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the cluster secret file {path} (`cellcache ctl secret new`)")]
+    Invalid {
+        path: String,
+        #[source]
+        source: AuthError,
+    },
+    #[error("creating the secret file {path}")]
+    Create {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Reads the ring's secret from `path` (`cluster.secret_file`); an empty path is no secret.
 /// A file others may read is used, with a warning: the secret is the ring's only key.
-pub fn load_secret(path: &str) -> anyhow::Result<Option<Secret>> {
-    use anyhow::Context as _;
+pub fn load_secret(path: &str) -> Result<Option<Secret>, SecretError> {
     use std::os::unix::fs::PermissionsExt as _;
     if path.is_empty() {
         return Ok(None);
     }
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading the cluster secret file {path}"))?;
-    let secret = Secret::parse(&text)
-        .with_context(|| format!("the cluster secret file {path} (`cellcache ctl secret new`)"))?;
+    let text = std::fs::read_to_string(path).map_err(|source| SecretError::Read {
+        path: path.to_string(),
+        source,
+    })?;
+    let secret = Secret::parse(&text).map_err(|source| SecretError::Invalid {
+        path: path.to_string(),
+        source,
+    })?;
     if let Ok(meta) = std::fs::metadata(path) {
         if meta.permissions().mode() & 0o077 != 0 {
             tracing::warn!(
@@ -60,20 +86,23 @@ pub fn load_secret(path: &str) -> anyhow::Result<Option<Secret>> {
 
 /// Writes a fresh secret to a new file at `path`, readable by its owner only (mode 0600);
 /// an existing file is left alone and is an error.
-pub fn write_new_secret(path: &std::path::Path) -> anyhow::Result<()> {
-    use anyhow::Context as _;
+pub fn write_new_secret(path: &std::path::Path) -> Result<(), SecretError> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let mut bytes = [0u8; auth::SECRET_BYTES];
     rand::rngs::OsRng.fill_bytes(&mut bytes);
+    let create = |source| SecretError::Create {
+        path: path.display().to_string(),
+        source,
+    };
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .open(path)
-        .with_context(|| format!("creating the secret file {}", path.display()))?;
+        .map_err(create)?;
     file.write_all(Secret::from_bytes(bytes).to_text().as_bytes())
-        .with_context(|| format!("writing {}", path.display()))?;
+        .map_err(create)?;
     Ok(())
 }
 
@@ -133,35 +162,63 @@ pub fn operator_call(
     wire: &WireConfig,
     line: &str,
     timeout: std::time::Duration,
-) -> anyhow::Result<String> {
-    use anyhow::Context as _;
+) -> Result<String, OperatorCallError> {
+    let at = |source| OperatorCallError::Failed {
+        peer: peer.to_string(),
+        source,
+    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .context("starting a runtime for the operator call")?;
+        .map_err(OperatorCallError::Runtime)?;
     runtime.block_on(async {
         let call = async {
-            let mut stream = tokio::net::TcpStream::connect(peer)
-                .await
-                .with_context(|| format!("connecting to the peer port {peer}"))?;
-            connect(&mut stream, wire, Some(secret))
-                .await
-                .with_context(|| format!("proving the cluster secret to {peer}"))?;
+            let mut stream = tokio::net::TcpStream::connect(peer).await?;
+            connect(&mut stream, wire, Some(secret)).await?;
             write_frame_with_id(&mut stream, wire, FrameKind::Control, 1, line.as_bytes()).await?;
             let reply = read_frame(&mut stream, wire).await?;
             match reply.kind {
                 FrameKind::Control => Ok(String::from_utf8_lossy(&reply.payload).into_owned()),
                 FrameKind::Refused => Err(HandshakeError::Refused(
                     String::from_utf8_lossy(&reply.payload).into_owned(),
-                )
-                .into()),
-                other => Err(HandshakeError::Unexpected(other, FrameKind::Control).into()),
+                )),
+                other => Err(HandshakeError::Unexpected(other, FrameKind::Control)),
             }
         };
-        tokio::time::timeout(timeout, call)
-            .await
-            .map_err(|_| anyhow::anyhow!("no answer from {peer} within {timeout:?}"))?
+        match tokio::time::timeout(timeout, call).await {
+            Ok(reply) => reply.map_err(at),
+            Err(_) => Err(at(HandshakeError::TimedOut)),
+        }
     })
+}
+
+/// Why an operator command got no reply from a cell's peer port.
+#[derive(Debug, thiserror::Error)]
+pub enum OperatorCallError {
+    #[error("starting a runtime for the operator call")]
+    Runtime(#[source] std::io::Error),
+    #[error("calling the peer port {peer}")]
+    Failed {
+        peer: String,
+        #[source]
+        source: HandshakeError,
+    },
+}
+
+impl OperatorCallError {
+    /// The cell refused this caller for a reason a retry cannot change: its secret (a proof
+    /// that failed, a peer that wants none or another) or the command itself.
+    pub fn is_final(&self) -> bool {
+        matches!(
+            self,
+            OperatorCallError::Failed {
+                source: HandshakeError::Auth(_)
+                    | HandshakeError::Refused(_)
+                    | HandshakeError::Unexpected(..),
+                ..
+            }
+        )
+    }
 }
 
 /// The connecting side: proves the secret and checks the peer's proof. The caller sends its

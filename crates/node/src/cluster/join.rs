@@ -8,27 +8,26 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use cellcache_cluster::auth::Secret;
 use cellcache_cluster::wire::WireConfig;
-use cellcache_cluster::{CellAddress, CellId, ClusterMap};
+use cellcache_cluster::{CellAddress, CellId, ClusterMap, MapError};
 
 use cellcache_proto::{Response, lines};
 
 use super::Slot;
-use super::handshake::{self, HandshakeError};
+use super::handshake::{self, OperatorCallError};
 use crate::cell::Cell;
 use std::sync::Arc;
 
 /// Binds the peer listener: `port`, or client port + 10000, or any free port.
-pub(super) fn bind_peer(client: SocketAddr, port: u16) -> anyhow::Result<std::net::TcpListener> {
+pub(super) fn bind_peer(client: SocketAddr, port: u16) -> Result<std::net::TcpListener, JoinError> {
     let bind = |p: u16| {
         let l = std::net::TcpListener::bind(SocketAddr::new(client.ip(), p))?;
         l.set_nonblocking(true)?;
         std::io::Result::Ok(l)
     };
     if port != 0 {
-        return bind(port).with_context(|| format!("binding the peer port {port}"));
+        return bind(port).map_err(|source| JoinError::BindPeer { port, source });
     }
     if let Some(p) = client
         .port()
@@ -39,7 +38,7 @@ pub(super) fn bind_peer(client: SocketAddr, port: u16) -> anyhow::Result<std::ne
             return Ok(l);
         }
     }
-    bind(0).context("binding a peer port")
+    bind(0).map_err(|source| JoinError::BindPeer { port: 0, source })
 }
 
 /// A random ring identity: the clock's nanoseconds mixed with this process's id and a
@@ -60,6 +59,86 @@ pub(super) fn new_ring_id() -> u64 {
 /// within about this long (plus one connect attempt), not after the whole join timeout.
 const JOIN_SHUTDOWN_POLL: Duration = Duration::from_millis(100);
 
+/// Why this cell could not become a member of a ring.
+#[derive(Debug, thiserror::Error)]
+pub enum JoinError {
+    /// Port 0: any free port was asked for.
+    #[error("binding the peer port {port}")]
+    BindPeer {
+        port: u16,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "stopped by a signal while joining the ring through {via}: abandoned the join (if the \
+         ring had already admitted this cell, it declares it dead as for a crash)"
+    )]
+    Abandoned { via: String },
+    #[error("joining the ring through {via}")]
+    Failed {
+        via: String,
+        #[source]
+        source: AttemptError,
+    },
+}
+
+/// Why one request to be admitted got no map back.
+#[derive(Debug, thiserror::Error)]
+pub enum AttemptError {
+    #[error("connection")]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Status(#[from] StatusError),
+    #[error(transparent)]
+    Call(#[from] OperatorCallError),
+    /// A `CLIENT_ERROR` answer: final.
+    #[error("{0}")]
+    Refused(String),
+    /// Any other answer than a map.
+    #[error("{0}")]
+    Reply(String),
+    #[error("interrupted")]
+    Interrupted,
+    #[error("no answer to the join request")]
+    NoAnswer,
+    #[error("the cell closed the connection")]
+    Closed,
+    #[error("the map in the reply")]
+    Map(#[from] MapError),
+}
+
+impl AttemptError {
+    /// The ring refused this cell for a reason a retry cannot change: its secret (a proof
+    /// that failed, a peer that wants none or another) or a client error (a ring with a
+    /// secret asked without one).
+    fn is_final(&self) -> bool {
+        match self {
+            AttemptError::Refused(_) => true,
+            AttemptError::Call(c) => c.is_final(),
+            _ => false,
+        }
+    }
+}
+
+/// Why a cell's `cluster status` did not give its peer address.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    #[error("asking {client} for its cluster status")]
+    Io {
+        client: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{client} closed the connection")]
+    Closed { client: String },
+    #[error("cluster status of {client} too long")]
+    TooLong { client: String },
+    #[error("no SELF in the cluster status of {client}: {text}")]
+    NoSelf { client: String, text: String },
+    #[error("no peer address of cell {cell} in the status of {client}")]
+    NoPeer { client: String, cell: String },
+}
+
 /// Asks the cell at `join` (client port) to admit this cell, retrying until the join
 /// timeout; returns the map that has it.
 pub(super) fn join_ring(
@@ -70,24 +149,23 @@ pub(super) fn join_ring(
     shutdown: &cellcache_io::Shutdown,
     secret: Option<&Secret>,
     wire: &WireConfig,
-) -> anyhow::Result<ClusterMap> {
+) -> Result<ClusterMap, JoinError> {
     let deadline = Instant::now() + Duration::from_millis(timeout_ms * 10);
-    let abandoned = || {
-        anyhow::anyhow!(
-            "stopped by a signal while joining the ring through {join}: abandoned the join \
-             (if the ring had already admitted this cell, it declares it dead as for a crash)"
-        )
+    let abandoned = || JoinError::Abandoned {
+        via: join.to_string(),
+    };
+    let failed = |source| JoinError::Failed {
+        via: join.to_string(),
+        source,
     };
     loop {
         match try_join(join, me, parent, timeout_ms, shutdown, secret, wire) {
             Ok(m) => return Ok(m),
             Err(_) if shutdown.is_triggered() => return Err(abandoned()),
             // A wrong or missing secret does not fix itself: say so at once.
-            Err(e) if is_final(&e) => {
-                return Err(e.context(format!("joining the ring through {join}")));
-            }
+            Err(e) if e.is_final() => return Err(failed(e)),
             Err(e) if Instant::now() < deadline => {
-                tracing::info!(error = %e, "join not accepted yet; retrying");
+                tracing::info!(error = %crate::error_chain(&e), "join not accepted yet; retrying");
                 let retry_at = Instant::now() + Duration::from_millis(300);
                 while Instant::now() < retry_at {
                     if shutdown.is_triggered() {
@@ -96,7 +174,7 @@ pub(super) fn join_ring(
                     std::thread::sleep(JOIN_SHUTDOWN_POLL);
                 }
             }
-            Err(e) => return Err(e.context(format!("joining the ring through {join}"))),
+            Err(e) => return Err(failed(e)),
         }
     }
 }
@@ -109,15 +187,19 @@ fn read_until(
     timeout: Duration,
     shutdown: &cellcache_io::Shutdown,
     done: impl Fn(&[u8]) -> bool,
-) -> anyhow::Result<()> {
+) -> Result<(), AttemptError> {
     s.set_read_timeout(Some(JOIN_SHUTDOWN_POLL))?;
     let deadline = Instant::now() + timeout;
     let mut chunk = [0u8; 4096];
     while !done(buf) {
-        anyhow::ensure!(!shutdown.is_triggered(), "interrupted");
-        anyhow::ensure!(Instant::now() < deadline, "no answer to the join request");
+        if shutdown.is_triggered() {
+            return Err(AttemptError::Interrupted);
+        }
+        if Instant::now() >= deadline {
+            return Err(AttemptError::NoAnswer);
+        }
         match s.read(&mut chunk) {
-            Ok(0) => anyhow::bail!("the cell closed the connection"),
+            Ok(0) => return Err(AttemptError::Closed),
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
             Err(e)
                 if matches!(
@@ -132,27 +214,6 @@ fn read_until(
     Ok(())
 }
 
-/// The ring refused this cell for a reason a retry cannot change: its secret (a proof that
-/// failed, a peer that wants none or another) or a client error (a ring with a secret
-/// asked without one).
-fn is_final(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<HandshakeError>().is_some_and(|h| {
-            matches!(
-                h,
-                HandshakeError::Auth(_)
-                    | HandshakeError::Refused(_)
-                    | HandshakeError::Unexpected(..)
-            )
-        }) || c.downcast_ref::<Refusal>().is_some()
-    })
-}
-
-/// A `CLIENT_ERROR` answer to `cluster join`: final.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct Refusal(String);
-
 fn try_join(
     join: &str,
     me: &CellAddress,
@@ -161,7 +222,7 @@ fn try_join(
     shutdown: &cellcache_io::Shutdown,
     secret: Option<&Secret>,
     wire: &WireConfig,
-) -> anyhow::Result<ClusterMap> {
+) -> Result<ClusterMap, AttemptError> {
     let timeout = Duration::from_millis(timeout_ms * 5);
     let parent = parent.map(|p| format!(" {p}")).unwrap_or_default();
     let line = format!("cluster join {} {}{parent}", me.client, me.peer);
@@ -177,29 +238,49 @@ fn try_join(
 
 /// The peer address of the cell whose client address is `client`, from its `cluster status`
 /// (its `SELF` id's `CELL` line).
-pub fn peer_address_of(client: &str, timeout: Duration) -> anyhow::Result<String> {
-    let mut s = TcpStream::connect(client).with_context(|| format!("connecting to {client}"))?;
-    s.set_read_timeout(Some(timeout))?;
-    s.write_all(b"cluster status\r\n")?;
+pub fn peer_address_of(client: &str, timeout: Duration) -> Result<String, StatusError> {
+    let io = |source| StatusError::Io {
+        client: client.to_string(),
+        source,
+    };
+    let mut s = TcpStream::connect(client).map_err(io)?;
+    s.set_read_timeout(Some(timeout)).map_err(io)?;
+    s.write_all(b"cluster status\r\n").map_err(io)?;
     let mut text = String::new();
     let mut chunk = [0u8; 4096];
     while !text.contains("END\r\n") && !text.starts_with("SERVER_ERROR") {
-        let n = s.read(&mut chunk)?;
-        anyhow::ensure!(n > 0, "{client} closed the connection");
+        let n = s.read(&mut chunk).map_err(io)?;
+        if n == 0 {
+            return Err(StatusError::Closed {
+                client: client.to_string(),
+            });
+        }
         text.push_str(&String::from_utf8_lossy(&chunk[..n]));
-        anyhow::ensure!(text.len() < 1 << 20, "cluster status of {client} too long");
+        if text.len() >= 1 << 20 {
+            return Err(StatusError::TooLong {
+                client: client.to_string(),
+            });
+        }
     }
-    let me = text
+    let Some(me) = text
         .lines()
         .next()
         .and_then(|l| l.split(' ').skip_while(|w| *w != "SELF").nth(1))
-        .with_context(|| format!("no SELF in the cluster status of {client}: {text}"))?
-        .to_string();
+        .map(str::to_string)
+    else {
+        return Err(StatusError::NoSelf {
+            client: client.to_string(),
+            text,
+        });
+    };
     text.lines()
         .find(|l| l.split(' ').nth(1) == Some(me.as_str()) && l.starts_with("CELL "))
         .and_then(|l| l.split(' ').find_map(|w| w.strip_prefix("peer=")))
         .map(str::to_string)
-        .with_context(|| format!("no peer address of cell {me} in the status of {client}"))
+        .ok_or(StatusError::NoPeer {
+            client: client.to_string(),
+            cell: me,
+        })
 }
 
 /// `cluster join` on the client port of `join`: its whole reply.
@@ -208,7 +289,7 @@ fn client_port_join(
     line: &str,
     timeout: Duration,
     shutdown: &cellcache_io::Shutdown,
-) -> anyhow::Result<Vec<u8>> {
+) -> Result<Vec<u8>, AttemptError> {
     let mut s = TcpStream::connect(join)?;
     write!(s, "{line}\r\n")?;
     let mut buf = Vec::new();
@@ -219,11 +300,7 @@ fn client_port_join(
         .expect("read up to a line end");
     let line = String::from_utf8_lossy(&buf[..=eol]).into_owned();
     if let Some(len) = line.strip_prefix("JOINED ") {
-        let len: usize = len.trim_end().parse().context("bad JOINED line")?;
-        anyhow::ensure!(
-            len <= cellcache_cluster::map::MAP_BYTES_MAX_DEFAULT,
-            "map too large"
-        );
+        let len = joined_len(len)?;
         let start = eol + 1;
         read_until(&mut s, &mut buf, timeout, shutdown, |b| {
             b.len() >= start + len + 2
@@ -232,24 +309,36 @@ fn client_port_join(
     Ok(buf)
 }
 
+/// The map length of a `JOINED <len>` line, at most the largest map a cell accepts.
+fn joined_len(len: &str) -> Result<usize, AttemptError> {
+    match len.trim_end().parse::<usize>() {
+        Ok(n) if n <= cellcache_cluster::map::MAP_BYTES_MAX_DEFAULT => Ok(n),
+        Ok(_) => Err(AttemptError::Reply("map too large".into())),
+        Err(_) => Err(AttemptError::Reply(format!("bad JOINED line: {len}"))),
+    }
+}
+
 /// The map in a `JOINED <len>\r\n<map>\r\n` reply; any other reply is the error.
-fn parse_joined(buf: &[u8]) -> anyhow::Result<ClusterMap> {
-    let eol = buf
-        .iter()
-        .position(|&b| b == b'\n')
-        .context("a join reply without a line end")?;
+fn parse_joined(buf: &[u8]) -> Result<ClusterMap, AttemptError> {
+    let Some(eol) = buf.iter().position(|&b| b == b'\n') else {
+        return Err(AttemptError::Reply(
+            "a join reply without a line end".into(),
+        ));
+    };
     let line = String::from_utf8_lossy(&buf[..=eol]).into_owned();
     let Some(len) = line.strip_prefix("JOINED ") else {
-        if line.starts_with("CLIENT_ERROR") {
-            return Err(Refusal(line.trim_end().to_string()).into());
-        }
-        anyhow::bail!("{}", line.trim_end());
+        let line = line.trim_end().to_string();
+        return Err(if line.starts_with("CLIENT_ERROR") {
+            AttemptError::Refused(line)
+        } else {
+            AttemptError::Reply(line)
+        });
     };
-    let len: usize = len.trim_end().parse().context("bad JOINED line")?;
+    let len = joined_len(len)?;
     let start = eol + 1;
     let map = buf
         .get(start..start + len)
-        .context("a join reply shorter than its map")?;
+        .ok_or_else(|| AttemptError::Reply("a join reply shorter than its map".into()))?;
     Ok(ClusterMap::decode(
         map,
         cellcache_cluster::map::MAP_BYTES_MAX_DEFAULT,
@@ -276,9 +365,10 @@ pub fn invite(cell: &Arc<Cell>, slot: &Slot, line: &str) -> Vec<u8> {
             reply
         }
         Err(e) => {
-            tracing::error!(error = %e, "invitation failed");
+            tracing::error!(error = %crate::error_chain(&e), "invitation failed");
             let mut reply = Vec::new();
-            Response::ServerError(format!("join failed: {e:#}").as_bytes()).encode(&mut reply);
+            let why = crate::error_chain(&e);
+            Response::ServerError(format!("join failed: {why}").as_bytes()).encode(&mut reply);
             reply
         }
     }

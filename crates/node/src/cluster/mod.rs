@@ -16,7 +16,7 @@ pub mod flush;
 pub mod group;
 pub mod handshake;
 mod join;
-pub use join::{invite, peer_address_of};
+pub use join::{AttemptError, JoinError, StatusError, invite, peer_address_of};
 pub use slot::Slot;
 pub mod link;
 pub use link::Channel;
@@ -36,8 +36,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
-use cellcache_cluster::raft::RaftGroup;
+use cellcache_cluster::raft::{RaftGroup, RaftGroupError};
 use cellcache_cluster::wire::FrameKind;
 use cellcache_cluster::{
     CellAddress, CellId, CellState, Change, ClusterMap, Consensus, HashRange, Migration, Output,
@@ -136,6 +135,25 @@ pub struct Cluster {
     clock: Instant,
 }
 
+/// Why a cell could not become a ring member.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("starting the peer runtime")]
+    Runtime(#[source] std::io::Error),
+    #[error(transparent)]
+    Secret(#[from] handshake::SecretError),
+    #[error(transparent)]
+    Join(#[from] JoinError),
+    #[error(transparent)]
+    Membership(#[from] restart::MembershipFileError),
+    #[error("bootstrap map")]
+    Bootstrap(#[source] cellcache_cluster::MapError),
+    #[error("the ring's map does not contain this cell")]
+    NotInMap,
+    #[error("starting the consensus group")]
+    Consensus(#[from] RaftGroupError),
+}
+
 impl Cluster {
     /// Milliseconds on this cell's monotonic clock (the ring's time).
     pub fn now_ms(&self) -> u64 {
@@ -171,18 +189,18 @@ impl Cluster {
         join: &str,
         parent: Option<&CellId>,
         slot: &Slot,
-    ) -> anyhow::Result<Arc<Cluster>> {
+    ) -> Result<Arc<Cluster>, StartError> {
         let config = cell.config.cluster.clone();
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("cellcache-peer")
             .enable_all()
             .build()
-            .context("starting the peer runtime")?;
+            .map_err(StartError::Runtime)?;
         let secret = handshake::load_secret(&config.secret_file)?;
         let client = cell.config.server.addr();
         let peer_listener = join::bind_peer(client, config.peer_port)?;
-        let peer = peer_listener.local_addr()?;
+        let peer = peer_listener.local_addr().map_err(StartError::Runtime)?;
         let host = if config.advertise_host.is_empty() {
             client.ip().to_string()
         } else {
@@ -225,7 +243,7 @@ impl Cluster {
                 config.replication_factor,
                 join::new_ring_id(),
             )
-            .context("bootstrap map")?;
+            .map_err(StartError::Bootstrap)?;
             (me, map, true)
         } else {
             let map = join::join_ring(
@@ -242,7 +260,7 @@ impl Cluster {
                 .iter()
                 .find(|c| c.address == address)
                 .map(|c| c.id.clone())
-                .context("the ring's map does not contain this cell")?;
+                .ok_or(StartError::NotInMap)?;
             (me, map, false)
         };
         tracing::info!(cell = %me, epoch = map.epoch(), bootstrap, "ring membership");
@@ -278,7 +296,8 @@ impl Cluster {
             cluster: Arc::downgrade(&cluster),
         });
         let raft = runtime.block_on(async {
-            let listener = tokio::net::TcpListener::from_std(peer_listener)?;
+            let listener =
+                tokio::net::TcpListener::from_std(peer_listener).map_err(StartError::Runtime)?;
             tokio::spawn(server::accept_loop(cluster.clone(), listener));
             let raft =
                 RaftGroup::start(group::raft_id(&me), map.clone(), config.raft, transport).await?;
@@ -286,7 +305,7 @@ impl Cluster {
                 let voters = [(group::raft_id(&me), me.clone())].into_iter().collect();
                 raft.initialize(&voters).await?;
             }
-            anyhow::Ok(raft)
+            Ok::<_, StartError>(raft)
         })?;
         let _ = cluster.raft.set(raft);
         let outputs = cluster.lock_ring().drain_outputs();

@@ -21,7 +21,6 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use cellcache_cluster::wire::payload::Hello;
 use cellcache_cluster::{CellAddress, CellState, ClusterMap};
 use serde::{Deserialize, Serialize};
@@ -86,32 +85,69 @@ pub fn file_path(state_dir: &str, client: &str) -> Option<PathBuf> {
     Some(dir.join(format!("ring-{name}.toml")))
 }
 
+/// Why a membership file could not be read or kept.
+#[derive(Debug, thiserror::Error)]
+pub enum MembershipFileError {
+    #[error("reading the membership file {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the membership file {path} is damaged")]
+    Damaged {
+        path: PathBuf,
+        #[source]
+        source: toml::de::Error,
+    },
+    #[error("writing the membership file {path}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("encoding the membership file")]
+    Encode(#[from] toml::ser::Error),
+}
+
 /// Reads a membership file; a missing file is `None`, a damaged one an error.
-pub fn load(path: &Path) -> anyhow::Result<Option<Membership>> {
+pub fn load(path: &Path) -> Result<Option<Membership>, MembershipFileError> {
     match std::fs::read_to_string(path) {
-        Ok(text) => toml::from_str(&text)
-            .map(Some)
-            .with_context(|| format!("reading the membership file {}", path.display())),
+        Ok(text) => {
+            toml::from_str(&text)
+                .map(Some)
+                .map_err(|source| MembershipFileError::Damaged {
+                    path: path.to_path_buf(),
+                    source,
+                })
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("reading the membership file {}", path.display())),
+        Err(source) => Err(MembershipFileError::Read {
+            path: path.to_path_buf(),
+            source,
+        }),
     }
 }
 
 /// Writes `m` to `path` atomically (a new file renamed over the old), or removes the file
 /// when `m` is `None`.
-pub fn store(path: &Path, m: Option<&Membership>) -> anyhow::Result<()> {
+pub fn store(path: &Path, m: Option<&Membership>) -> Result<(), MembershipFileError> {
+    let write = |source| MembershipFileError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
     let Some(m) = m else {
         return match std::fs::remove_file(path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(write(e)),
             _ => Ok(()),
         };
     };
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+        std::fs::create_dir_all(dir).map_err(write)?;
     }
     let tmp = path.with_extension("toml.new");
-    std::fs::write(&tmp, toml::to_string(m)?)?;
-    std::fs::rename(&tmp, path)?;
+    std::fs::write(&tmp, toml::to_string(m)?).map_err(write)?;
+    std::fs::rename(&tmp, path).map_err(write)?;
     Ok(())
 }
 
@@ -161,7 +197,7 @@ pub fn ring_to_rejoin(
     path: Option<&Path>,
     me: &CellAddress,
     wait: Duration,
-) -> anyhow::Result<Option<String>> {
+) -> Result<Option<String>, MembershipFileError> {
     let Some(path) = path else { return Ok(None) };
     let Some(m) = load(path)? else {
         return Ok(None);
@@ -223,7 +259,7 @@ impl Cluster {
             Ok(()) => *last = m,
             Err(e) => tracing::warn!(
                 file = %path.display(),
-                error = %e,
+                error = %crate::error_chain(&e),
                 "cannot keep the membership file: a restart of this cell without --join \
                  would start a new ring"
             ),
