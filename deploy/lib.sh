@@ -7,7 +7,10 @@
 # address get .128-.255), CELLCACHE_PORT (11211), CELLCACHE_WAIT_SECS (60, the bound on
 # every wait for the ring to settle), CELLCACHE_SECRET (target/deploy-ring.secret: the
 # ring's secret file, made by `ctl secret new` on first use and mounted read-only into every
-# cell; CELLCACHE_SECRET=open runs the ring without one).
+# cell; CELLCACHE_SECRET=open runs the ring without one), CELLCACHE_ADMIN_TOKEN
+# (target/deploy-ring.admin-token: the token of the cells' admin planes, which listen on the
+# containers' addresses and so need one; made the same way). Admin port: CELLCACHE_PORT +
+# 20000.
 
 image=${CELLCACHE_IMAGE:-cellcache:dev}
 net=${CELLCACHE_NET:-cellcache-net}
@@ -15,6 +18,8 @@ prefix=${CELLCACHE_SUBNET_PREFIX:-172.31.77}
 port=${CELLCACHE_PORT:-11211}
 wait_secs=${CELLCACHE_WAIT_SECS:-60}
 secret=${CELLCACHE_SECRET:-$PWD/target/deploy-ring.secret}
+admin_token=${CELLCACHE_ADMIN_TOKEN:-$PWD/target/deploy-ring.admin-token}
+admin_port=$((port + 20000))
 
 cell_name() { echo "${net}-cell$1"; }
 cell_ip() { echo "$prefix.$((10 + $1))"; }
@@ -46,6 +51,13 @@ mc() {
     exit 1' _ "$(cell_ip "$1")" "$port" "$2"
 }
 
+# admin N PATH [SECONDS]: GETs PATH from cell N's admin plane (HTTP, with the admin token)
+# and prints the body; fails on a refusal or no answer within SECONDS (default 5).
+admin() {
+  curl -sf --max-time "${3:-5}" -H "Authorization: Bearer $(head -n1 "$admin_token")" \
+    "http://$(cell_ip "$1"):$admin_port$2" | tr -d '\r'
+}
+
 # The first running cell that answers `version`, or nothing.
 any_cell() {
   local n
@@ -58,13 +70,13 @@ any_cell() {
   return 1
 }
 
-# wait_member VIA N: waits until `cluster status` through cell VIA lists cell N's address as
+# wait_member VIA N: waits until the ring's status through cell VIA lists cell N's address as
 # active with no migration in flight (a division or absorption finished). Bounded.
 wait_member() {
   local via=$1 addr status
   addr="client=$(cell_ip "$2"):$port "
   for _ in $(seq 1 $((wait_secs * 5))); do
-    status=$(mc "$via" "cluster status" 2>/dev/null || true)
+    status=$(admin "$via" /cluster/status 2>/dev/null || true)
     if grep -q "active $addr" <<<"$status" && ! grep -q '^MIGRATION' <<<"$status"; then
       return 0
     fi
@@ -80,7 +92,7 @@ wait_member() {
 wait_cells() {
   local via=$1 count=$2 status
   for _ in $(seq 1 $((wait_secs * 5))); do
-    status=$(mc "$via" "cluster status" 2>/dev/null || true)
+    status=$(admin "$via" /cluster/status 2>/dev/null || true)
     if [ "$(grep -c '^CELL ' <<<"$status")" -eq "$count" ] &&
       [ "$(grep -c '^CELL .* active ' <<<"$status")" -eq "$count" ] &&
       ! grep -q '^MIGRATION' <<<"$status"; then

@@ -9,7 +9,7 @@
 # Steps (cell N is container cellcache-net-cellN at 172.31.77.(10+N):11211):
 #  1. build the image, start cells 1-3 (2 and 3 `serve --join` cell 1), print ctl status;
 #  2. set a key through one cell, get it through each of the others;
-#  3. find the key's master (the cell whose master range holds it: `cluster ranges`),
+#  3. find the key's master (the cell whose master range holds it: its admin plane's `/cluster/ranges`),
 #     `docker kill` it, get the key through a survivor until the value comes back
 #     (takeover), noting every reply clients saw meanwhile;
 #  4. restore three cells: cell 4 joins as a new cell (a killed cell's id is fenced);
@@ -69,20 +69,20 @@ expect_value() {
 }
 
 # master_of KEY CELLS...: the cell (of CELLS) whose master range holds KEY, read from each
-# cell's `cluster ranges` (items per range). KEY must be the only key in the ring that
+# cell's `/cluster/ranges` (items per range). KEY must be the only key in the ring that
 # was written since the last master_of, hence the counting of items before and after.
 declare -A held
 count_masters() {
   local n
   for n in "$@"; do
-    held[$n]=$(mc "$n" "cluster ranges" | awk '$1 == "RANGE" && $2 == "master" { print $5 }')
+    held[$n]=$(admin "$n" /cluster/ranges | awk '$1 == "RANGE" && $2 == "master" { print $5 }')
   done
 }
 master_of() {
   local key=$1 n found="" count
   shift
   for n in "$@"; do
-    count=$(mc "$n" "cluster ranges" | awk '$1 == "RANGE" && $2 == "master" { print $5 }')
+    count=$(admin "$n" /cluster/ranges | awk '$1 == "RANGE" && $2 == "master" { print $5 }')
     if [ "${count:-0}" -gt "${held[$n]:-0}" ]; then
       [ -z "$found" ] || fail "$key: both cell $found and cell $n master new items"
       found=$n

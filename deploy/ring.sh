@@ -52,27 +52,40 @@ network() {
     docker network create --subnet "$prefix.0/24" --ip-range "$prefix.128/25" "$net" >/dev/null
 }
 
-# ensure_secret: makes the ring's secret file (mode 0600) with the image's own
-# `ctl secret new`, unless it exists or the ring runs open.
+# new_secret PATH: makes a secret file (mode 0600) with the image's own `ctl secret new`.
+new_secret() {
+  mkdir -p "$(dirname "$1")"
+  docker run --rm -v "$(dirname "$1"):/out" "$image" ctl secret new "/out/$(basename "$1")" >/dev/null
+}
+
+# ensure_secret: makes the ring's secret file unless it exists or the ring runs open, and
+# the admin token file unless it exists.
 ensure_secret() {
-  [ "$secret" = open ] || [ -f "$secret" ] && return 0
-  mkdir -p "$(dirname "$secret")"
-  docker run --rm -v "$(dirname "$secret"):/out" "$image" \
-    ctl secret new "/out/$(basename "$secret")" >/dev/null
-  echo "cluster secret: $secret"
+  if [ "$secret" != open ] && [ ! -f "$secret" ]; then
+    new_secret "$secret"
+    echo "cluster secret: $secret"
+  fi
+  if [ ! -f "$admin_token" ]; then
+    new_secret "$admin_token"
+    echo "admin token: $admin_token"
+  fi
 }
 
 # The `docker run` and `serve` arguments that give a cell the ring's secret.
 secret_mount() { [ "$secret" = open ] || echo "-v $secret:/run/cellcache.secret:ro"; }
 secret_flag() { [ "$secret" = open ] || echo "--cluster-secret-file /run/cellcache.secret"; }
 
-# start N [JOIN_CELL]: runs cell N's container, bootstrapping or joining JOIN_CELL.
+# start N [JOIN_CELL]: runs cell N's container, bootstrapping or joining JOIN_CELL (through
+# its peer port, the client port + 10000). The admin plane listens on the container's address
+# with the admin token (mounted read-only).
 start() {
   local n=$1 args=(serve -l "$(cell_ip "$1")" -p "$port")
-  [ -n "${2:-}" ] && args+=(--join "$(cell_ip "$2"):$port")
+  [ -n "${2:-}" ] && args+=(--join "$(cell_ip "$2"):$((port + 10000))")
+  args+=(--admin-listen "$(cell_ip "$1")" --admin-token-file /run/cellcache.admin-token)
   ensure_secret
   # shellcheck disable=SC2046 # the secret's arguments are words by design
   docker run -d -e NO_COLOR=1 --name "$(cell_name "$n")" --network "$net" --ip "$(cell_ip "$n")" \
+    -v "$admin_token:/run/cellcache.admin-token:ro" \
     $(secret_mount) "$image" "${args[@]}" $(secret_flag) >/dev/null
   echo "cell $n: $(cell_name "$n") $(cell_ip "$n"):$port${2:+ (joined through cell $2)}"
 }
@@ -115,7 +128,8 @@ status() {
     }
   fi
   echo "ctl status through cell $via:"
-  docker run --rm --network "$net" "$image" ctl status -s "$(cell_ip "$via"):$port"
+  docker run --rm --network "$net" -v "$admin_token:/run/cellcache.admin-token:ro" "$image" \
+    ctl status -s "$(cell_ip "$via"):$admin_port" --admin-token-file /run/cellcache.admin-token
 }
 
 down() {

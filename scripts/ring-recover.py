@@ -15,7 +15,7 @@ assert cmd(c, b"set greeting 0 0 5\r\nhello\r\n") == b"STORED\r\n"
 # which cell masters it: the one whose ranges show it as master holding 1 item
 owner = None
 for i in range(3):
-    out = subprocess.run([B, "ctl", "ranges", "-s", f"127.0.0.1:{base+i}"], capture_output=True, text=True).stdout
+    out = subprocess.run([B, "ctl", "ranges", "-s", f"127.0.0.1:{base+i+20000}"], capture_output=True, text=True).stdout
     if out.startswith("RANGE master") and out.split("\n")[0].split()[-1] == "1":
         owner = i
 pid = int(subprocess.run([B, "cluster", "pid", str(owner + 1), "--base-port", str(base)], capture_output=True, text=True, check=True).stdout.split()[0])

@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import time
+import urllib.request
 
 import pytest
 
@@ -63,11 +64,17 @@ def request(host, port, line):
         return data.decode()
 
 
-def ring_formed(host, ports, n):
+def admin_get(host, port, path):
+    """GET `path` from a cell's admin plane (HTTP on its admin port); the body."""
+    with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=5) as reply:
+        return reply.read().decode()
+
+
+def ring_formed(host, admin_ports, n):
     """Every cell reports the same epoch and n Active cells."""
     views = []
-    for port in ports:
-        lines = request(host, port, b"cluster status\r\n").split("\r\n")
+    for port in admin_ports:
+        lines = admin_get(host, port, "/cluster/status").split("\r\n")
         cells = [l for l in lines if l.startswith("CELL ")]
         if len(cells) != n or not all(" active " in l for l in cells):
             return False
@@ -106,7 +113,13 @@ class OneServer:
         self.host = host
         for _ in range(1 if port else 5):
             self.port = port or free_port(host)
-            self.proc = subprocess.Popen(server_command(host, self.port, extra), env=server_env(),
+            # cellcache's admin plane (HTTP) on a port of its own: the ring's status
+            self.admin_port = None
+            args = list(extra)
+            if os.environ.get("CELLCACHE_TEST_SERVER") != "memcached":
+                self.admin_port = free_port(host)
+                args += ["--admin-port", str(self.admin_port)]
+            self.proc = subprocess.Popen(server_command(host, self.port, args), env=server_env(),
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             if wait_ready(self.proc, host, self.port):
                 return
@@ -133,12 +146,15 @@ class RunningServer:
             return
         self.cells = []
         try:
+            first_peer = free_port(host)
             for i in range(n):
-                args = extra + ["--peer-port", str(free_port(host))]
-                if i > 0:
-                    args += ["--join", f"{host}:{self.cells[0].port}"]
+                if i == 0:
+                    args = extra + ["--peer-port", str(first_peer)]
+                else:
+                    args = extra + ["--peer-port", str(free_port(host)),
+                                    "--join", f"{host}:{first_peer}"]
                 self.cells.append(OneServer(args, host, entry_port if i == 1 else None))
-                ports = [c.port for c in self.cells]
+                ports = [c.admin_port for c in self.cells]
                 deadline = time.monotonic() + FORM_TIMEOUT_S
                 while not ring_formed(host, ports, i + 1):
                     if time.monotonic() > deadline:

@@ -1,34 +1,38 @@
-//! `cellcache ctl …` and `cellcache cluster up`: operator tools speaking the client port's
-//! `cluster …` extension commands (docs/protocol.md).
+//! `cellcache ctl …` and `cellcache cluster up`: operator tools speaking a cell's admin
+//! plane (HTTP on its admin port, `cellcache_node::admin`; docs/protocol.md "Admin
+//! interface").
 
 use anyhow::Context;
+use cellcache_node::admin::client;
+use cellcache_node::config::ADMIN_PORT_OFFSET;
 use std::ffi::OsStr;
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// How long `ctl` waits for a cell's answer (a split waits for the whole hand-off start).
+const CTL_TIMEOUT: Duration = Duration::from_secs(30);
+
 #[derive(clap::Args)]
 pub struct CtlArgs {
-    /// Client address of any cell of the ring (the split's standby cell is `--new`).
+    /// Admin address of any cell of the ring (its client port + 20000 by default: a cell on
+    /// 11211 has its admin port on 127.0.0.1:31211).
     #[arg(
         short = 's',
         long,
         global = true,
         value_name = "HOST:PORT",
-        default_value = "127.0.0.1:11211"
+        default_value = "127.0.0.1:31211"
     )]
     server: String,
-    /// The ring's secret file: `leave` then goes to the cell's peer port with a proof of it
-    /// (a ring with a secret refuses it on the client port).
+    /// The admin token file of the cells (`serve --admin-token-file`), when they have one.
     #[arg(
         long,
         global = true,
         value_name = "PATH",
-        env = "CELLCACHE_CLUSTER__SECRET_FILE"
+        env = "CELLCACHE_ADMIN__TOKEN_FILE"
     )]
-    cluster_secret_file: Option<String>,
+    admin_token_file: Option<String>,
     #[command(subcommand)]
     command: CtlCommand,
 }
@@ -39,12 +43,12 @@ enum CtlCommand {
     Status,
     /// Items a cell holds per range it masters or backs up.
     Ranges,
-    /// Bring a cell started with `serve --standby` (at --new) into the ring as a division of
-    /// CELL: it takes the second half of CELL's range once it caught up.
+    /// Bring a cell started with `serve --standby` (admin address --new) into the ring as a
+    /// division of CELL: it takes the second half of CELL's range once it caught up.
     Split {
         /// The dividing cell's id (as `ctl status` prints it).
         cell: String,
-        /// Client address of the standby cell.
+        /// Admin address of the standby cell.
         #[arg(long, value_name = "HOST:PORT")]
         new: String,
     },
@@ -70,77 +74,73 @@ enum SecretCommand {
     },
 }
 
-/// Sends one extension command and returns the reply (up to `END` or one line).
-pub fn command(server: &str, line: &str) -> anyhow::Result<String> {
-    let mut s = TcpStream::connect(server).with_context(|| format!("connecting to {server}"))?;
-    s.set_read_timeout(Some(Duration::from_secs(30)))?;
-    write!(s, "{line}\r\n")?;
-    let mut r = BufReader::new(s);
-    let mut out = String::new();
-    loop {
-        let mut l = String::new();
-        if r.read_line(&mut l)? == 0 {
-            break;
-        }
-        let done = l == "END\r\n"
-            || !(l.starts_with("CELL")
-                || l.starts_with("EPOCH")
-                || l.starts_with("MIGRATION")
-                || l.starts_with("RANGE")
-                || l.starts_with("TOTAL"));
-        out.push_str(&l);
-        if done {
-            break;
-        }
-    }
-    Ok(out)
+/// The admin token in `path` (its first line), if a path is given.
+fn read_token(path: Option<&str>) -> anyhow::Result<Option<String>> {
+    let Some(path) = path.filter(|p| !p.is_empty()) else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the admin token file {path}"))?;
+    Ok(Some(text.lines().next().unwrap_or("").trim().to_string()))
 }
 
-/// Sends a command that changes the ring to the cell at client address `server`: with the
-/// ring's secret, to its peer port after proving the secret; without, to its client port.
-fn ring_command(server: &str, line: &str, secret_file: Option<&str>) -> anyhow::Result<String> {
-    use cellcache_node::cluster::handshake;
-    let Some(secret) = handshake::load_secret(secret_file.unwrap_or(""))? else {
-        return command(server, line);
-    };
-    let timeout = Duration::from_secs(30);
-    let peer = cellcache_node::cluster::peer_address_of(server, timeout)?;
-    let wire = cellcache_node::config::NodeConfig::default().cluster.wire;
-    Ok(handshake::operator_call(
-        &peer, &secret, &wire, line, timeout,
-    )?)
+/// One admin request; a refusal (any status but 2xx) is an error carrying the cell's words.
+fn admin(server: &str, method: &str, path: &str, token: Option<&str>) -> anyhow::Result<String> {
+    let reply = client::call(server, method, path, token, CTL_TIMEOUT)?;
+    anyhow::ensure!(
+        reply.ok(),
+        "{} (HTTP {})",
+        reply.body.trim_end(),
+        reply.status
+    );
+    Ok(reply.body)
+}
+
+/// The peer address of the cell whose admin address is `server`: its `SELF` id's `CELL`
+/// line of `/cluster/status`.
+fn peer_of(server: &str, token: Option<&str>) -> anyhow::Result<String> {
+    let status = admin(server, "GET", "/cluster/status", token)?;
+    let me = status
+        .lines()
+        .next()
+        .and_then(|l| l.split(' ').skip_while(|w| *w != "SELF").nth(1))
+        .with_context(|| format!("no SELF in the status of {server}"))?;
+    status
+        .lines()
+        .find(|l| l.starts_with("CELL ") && l.split(' ').nth(1) == Some(me))
+        .and_then(|l| l.split(' ').find_map(|w| w.strip_prefix("peer=")))
+        .map(str::to_string)
+        .with_context(|| format!("no peer address of cell {me} in the status of {server}"))
 }
 
 pub fn run(args: CtlArgs) -> anyhow::Result<()> {
     let server = &args.server;
-    let secret = args.cluster_secret_file.as_deref();
+    let token = read_token(args.admin_token_file.as_deref())?;
+    let token = token.as_deref();
     let reply = match &args.command {
-        CtlCommand::Status => command(server, "cluster status")?,
-        CtlCommand::Ranges => command(server, "cluster ranges")?,
+        CtlCommand::Status => admin(server, "GET", "/cluster/status", token)?,
+        CtlCommand::Ranges => admin(server, "GET", "/cluster/ranges", token)?,
         CtlCommand::Leave { cell } => {
-            ring_command(server, &format!("cluster leave {cell}"), secret)?
+            admin(server, "POST", &format!("/cluster/leave/{cell}"), token)?
         }
         CtlCommand::Split { cell, new } => {
-            command(new, &format!("cluster invite {server} {cell}"))?
+            let via = peer_of(server, token)?;
+            let path = format!("/cluster/invite?via={via}&parent={cell}");
+            admin(new, "POST", &path, token)?
         }
         CtlCommand::Secret {
             command: SecretCommand::New { path },
         } => {
             cellcache_node::cluster::handshake::write_new_secret(path)?;
             println!(
-                "wrote a new cluster secret to {} (mode 0600): start every cell with \
-                 --cluster-secret-file {}",
-                path.display(),
+                "wrote a new secret to {} (mode 0600): use it as every cell's \
+                 --cluster-secret-file, or as an --admin-token-file",
                 path.display()
             );
             return Ok(());
         }
     };
     print!("{}", reply.replace("\r\n", "\n"));
-    anyhow::ensure!(
-        !reply.starts_with("SERVER_ERROR") && !reply.starts_with("CLIENT_ERROR"),
-        "the cell refused the command"
-    );
     Ok(())
 }
 
@@ -329,9 +329,10 @@ impl Drop for Children {
     }
 }
 
-/// Waits until cell `n` (client `port`) answers on its own port and the ring's status, as
-/// seen through `first`, lists `expected` cells, all active, this one among them. Fails at
-/// once if the cell's process exits or a signal arrives.
+/// Waits until cell `n` (client `port`) answers on its own admin port and the ring's
+/// status, as seen through the first cell's admin port `first`, lists `expected` cells, all
+/// active, this one among them. Fails at once if the cell's process exits or a signal
+/// arrives.
 fn wait_cell_up(
     first: &str,
     n: u16,
@@ -342,6 +343,7 @@ fn wait_cell_up(
     timeout: Duration,
 ) -> anyhow::Result<String> {
     let me = format!("client=127.0.0.1:{port} ");
+    let own = format!("127.0.0.1:{}", admin_port(port)?);
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(status) = child.try_wait()? {
@@ -351,8 +353,8 @@ fn wait_cell_up(
             stop.try_recv().is_err(),
             "interrupted while cell {n} was starting"
         );
-        let own = command(&format!("127.0.0.1:{port}"), "cluster status");
-        if let (Ok(_), Ok(s)) = (own, command(first, "cluster status")) {
+        let status = |at: &str| admin(at, "GET", "/cluster/status", None);
+        if let (Ok(_), Ok(s)) = (status(&own), status(first)) {
             let cells: Vec<&str> = s.lines().filter(|l| l.starts_with("CELL")).collect();
             let all_active = cells.iter().all(|l| l.contains(" active "));
             let listed = cells
@@ -371,8 +373,15 @@ fn wait_cell_up(
     }
 }
 
-/// The client and peer ports of a cell must be free before it starts: a cell that finds its
-/// client port taken only after joining leaves a member in the map that never serves.
+/// The admin port `cluster up` gives the cell on client port `port`.
+fn admin_port(port: u16) -> anyhow::Result<u16> {
+    port.checked_add(ADMIN_PORT_OFFSET)
+        .context("admin port overflow (client port + 20000)")
+}
+
+/// The client, peer and admin ports of a cell must be free before it starts: a cell that
+/// finds its client port taken only after joining leaves a member in the map that never
+/// serves.
 fn check_free(port: u16, what: &str) -> anyhow::Result<()> {
     std::net::TcpListener::bind(("127.0.0.1", port))
         .map(drop)
@@ -477,7 +486,13 @@ fn up(
         up: std::process::id(),
         cells: Vec::new(),
     };
-    let first = format!("127.0.0.1:{base_port}");
+    let first_peer = format!(
+        "127.0.0.1:{}",
+        base_port
+            .checked_add(10_000)
+            .context("peer port overflow")?
+    );
+    let first = format!("127.0.0.1:{}", admin_port(base_port)?);
     let result = (|| -> anyhow::Result<String> {
         let mut status = String::new();
         for i in 0..cells {
@@ -486,8 +501,12 @@ fn up(
             let peer = port.checked_add(10_000).context("peer port overflow")?;
             check_free(port, &format!("cell {n}'s client port"))?;
             check_free(peer, &format!("cell {n}'s peer port"))?;
+            let admin = admin_port(port)?;
+            check_free(admin, &format!("cell {n}'s admin port"))?;
             let mut cmd = Command::new(&exe);
             cmd.args(["serve", "-l", "127.0.0.1", "-p", &port.to_string()])
+                .args(["--peer-port", &peer.to_string()])
+                .args(["--admin-port", &admin.to_string()])
                 .args(["-m", &memory_limit.to_string()])
                 .args(
                     secret
@@ -497,7 +516,7 @@ fn up(
                 .args(serve_args)
                 .stdin(Stdio::null());
             if i > 0 {
-                cmd.args(["--join", &first]);
+                cmd.args(["--join", &first_peer]);
             }
             let child = cmd.spawn().with_context(|| format!("starting cell {n}"))?;
             let pid = child.id();
@@ -507,7 +526,7 @@ fn up(
             record.cells.push((n, port, pid));
             std::fs::write(&run_file, record.render())
                 .with_context(|| format!("writing {}", run_file.display()))?;
-            println!("cell {n} up: client 127.0.0.1:{port} pid {pid}");
+            println!("cell {n} up: client 127.0.0.1:{port} admin 127.0.0.1:{admin} pid {pid}");
         }
         Ok(status)
     })();
@@ -525,7 +544,7 @@ fn up(
     print!("{}", status.replace("\r\n", "\n"));
     match &secret {
         Some(path) => println!(
-            "cluster secret: {} (ctl leave needs --cluster-secret-file {})",
+            "cluster secret: {} (a cell joining this ring needs --cluster-secret-file {})",
             path.display(),
             path.display()
         ),

@@ -31,6 +31,9 @@ const KEYS: &[(&str, &str)] = &[
     ("peer_port", "cluster.peer_port"),
     ("standby", "cluster.standby"),
     ("cluster_secret_file", "cluster.secret_file"),
+    ("admin_port", "admin.port"),
+    ("admin_listen", "admin.listen"),
+    ("admin_token_file", "admin.token_file"),
     ("state_dir", "cluster.state_dir"),
     ("standalone", "cluster.enabled"),
     ("verbose", "log.level"),
@@ -58,6 +61,10 @@ fn default_of(id: &str, key: &str, defaults: &toml::Table) -> String {
         "detail_delimiter" => return "':' with counts off (server.detail_enabled)".into(),
         "verbose" => return format!("off (log.level {})", config.log.level),
         "peer_port" if config.cluster.peer_port == 0 => return "client port + 10000".into(),
+        "admin_port" if config.admin.port == 0 => return "client port + 20000".into(),
+        "admin_token_file" if config.admin.token_file.is_empty() => {
+            return "none: loopback only".into();
+        }
         "state_dir" if config.cluster.state_dir.is_empty() => {
             return "$XDG_STATE_HOME/cellcache or ~/.local/state/cellcache".into();
         }

@@ -82,7 +82,8 @@ pub struct ServeArgs {
     /// Log format: text or json.
     #[arg(long, value_name = "FORMAT", value_parser = parse_log_format)]
     pub log_format: Option<LogFormat>,
-    /// Join the ring through this cell's client address (host:port).
+    /// Join the ring through this cell's peer address (host:port; `ctl status` prints it
+    /// as `peer=`, by default the client port + 10000).
     #[arg(long, value_name = "HOST:PORT")]
     pub join: Option<String>,
     /// Inter-cell port (with client port 0: any free port).
@@ -95,6 +96,15 @@ pub struct ServeArgs {
     /// needs the same one. Without it the peer port is open to anyone who reaches it.
     #[arg(long, value_name = "PATH")]
     pub cluster_secret_file: Option<String>,
+    /// Admin port (HTTP, for `cellcache ctl`), on --admin-listen.
+    #[arg(long, value_name = "PORT")]
+    pub admin_port: Option<u16>,
+    /// Address of the admin listener; other than loopback it needs --admin-token-file.
+    #[arg(long, value_name = "IP")]
+    pub admin_listen: Option<std::net::IpAddr>,
+    /// File with the admin token: every admin request must then carry it.
+    #[arg(long, value_name = "PATH")]
+    pub admin_token_file: Option<String>,
     /// Directory of the membership file that lets a restarted cell rejoin its ring
     /// (`off`: none).
     #[arg(long, value_name = "DIR")]
@@ -222,6 +232,15 @@ impl ServeArgs {
         }
         if let Some(p) = self.peer_port {
             c.cluster.peer_port = p;
+        }
+        if let Some(p) = self.admin_port {
+            c.admin.port = p;
+        }
+        if let Some(ip) = self.admin_listen {
+            c.admin.listen = ip;
+        }
+        if let Some(path) = &self.admin_token_file {
+            c.admin.token_file = path.clone();
         }
         if let Some(path) = &self.cluster_secret_file {
             c.cluster.secret_file = path.clone();

@@ -17,9 +17,7 @@ fn key(i: usize) -> String {
 
 /// A cell's own copy of `key` (never forwarded), if it holds one.
 fn peek(c: &mut Client, key: &str) -> Option<String> {
-    c.send(format!("cluster peek {key}\r\n").as_bytes());
-    let lines = c.lines_until_end();
-    match lines.as_slice() {
+    match c.peek_lines(key).as_slice() {
         [] => None,
         [_header, v] => Some(v.clone()),
         other => panic!("unexpected peek reply {other:?}"),

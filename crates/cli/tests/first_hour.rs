@@ -292,7 +292,7 @@ fn a_signal_stops_a_cell_receiving_its_range_and_says_so() {
     let port = free_cell_port();
     let mut joiner = cellcache()
         .args(["serve", "-p", &port.to_string(), "--state-dir", "off"])
-        .args(["--join", &format!("127.0.0.1:{first}")])
+        .args(["--join", &format!("127.0.0.1:{}", first + 10_000)])
         .env("CELLCACHE_LOG__LEVEL", "info")
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())

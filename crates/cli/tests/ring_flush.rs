@@ -28,8 +28,7 @@ fn get(c: &mut Client, key: &str) -> Option<String> {
 
 /// A cell's own copy of `key` (never forwarded).
 fn peek(c: &mut Client, key: &str) -> Option<String> {
-    c.send(format!("cluster peek {key}\r\n").as_bytes());
-    match c.lines_until_end().as_slice() {
+    match c.peek_lines(key).as_slice() {
         [] => None,
         [_, v] => Some(v.clone()),
         other => panic!("unexpected peek reply {other:?}"),

@@ -38,7 +38,12 @@ fn ring_with_keys() -> (Ring, Vec<String>) {
         .and_then(|a| a.rsplit_once(':'))
         .map(|(_, p)| p.to_string())
         .expect("peer address");
-    let args = ["-m", "32", "--peer-port", &peer]
+    let admin = ring.cells[0]
+        .admin
+        .expect("an admin port")
+        .port()
+        .to_string();
+    let args = ["-m", "32", "--peer-port", &peer, "--admin-port", &admin]
         .map(String::from)
         .to_vec();
     (ring, args)

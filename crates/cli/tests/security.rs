@@ -1,7 +1,8 @@
 //! What an attacker on the network can do to a ring, tried with real processes on
 //! loopback: with a cluster secret, a peer that cannot prove it is closed before any of its
-//! frames is read, the client port refuses the commands that change the ring, a cell
-//! without the secret cannot join, and idle connections cannot hold the peer port. Without
+//! frames is read, the client port speaks only memcached (the ring's commands are on the
+//! admin plane, which needs its token beyond loopback), a cell without the secret cannot
+//! join, and idle connections cannot hold the peer or admin port. Without
 //! a secret the same forged peer wipes a cell's data — the reason rings run with one.
 
 mod common;
@@ -169,25 +170,30 @@ fn without_a_secret_a_forged_peer_is_served() {
 }
 
 #[test]
-fn ring_commands_on_the_client_port_need_the_secret() {
+fn the_client_port_speaks_only_memcached() {
     if common::is_memcached() {
         return;
     }
     let secret = secret_file("commands");
     let ring = ring_with_secret(2, &secret);
-    let (client, _, _) = addresses(&ring, 0);
-    for line in ["cluster leave 2", "cluster join 127.0.0.1:1 127.0.0.1:2"] {
-        let reply = ring.command(0, line);
-        assert!(
-            reply.starts_with("CLIENT_ERROR this ring has a cluster secret"),
-            "{line}: {reply}"
-        );
+    // The ring's commands are not memcached's: the client port answers them as memcached
+    // answers any unknown command, and nothing changes.
+    let mut c = ring.cells[0].connect();
+    for line in [
+        "cluster leave 2",
+        "cluster join 127.0.0.1:1 127.0.0.1:2",
+        "cluster status",
+        "cluster invite 127.0.0.1:1 1",
+    ] {
+        c.roundtrip(format!("{line}\r\n").as_bytes(), b"ERROR\r\n");
     }
+    c.roundtrip(b"set after 0 0 1\r\nx\r\n", b"STORED\r\n");
+    let (_, peer, _) = addresses(&ring, 0);
     // A cell without the secret, or with another one, cannot join: it says why and exits.
     let other = secret_file("other");
     for extra in [None, Some(other.to_str().expect("utf-8"))] {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_cellcache"));
-        cmd.args(["serve", "-l", "127.0.0.1", "-p", "0", "--join", &client])
+        cmd.args(["serve", "-l", "127.0.0.1", "-p", "0", "--join", &peer])
             .env("CELLCACHE_CLUSTER__STATE_DIR", "off")
             .env("CELLCACHE_LOG__LEVEL", "error");
         if let Some(path) = extra {
@@ -205,18 +211,11 @@ fn ring_commands_on_the_client_port_need_the_secret() {
             .count(),
         2
     );
-    // With the secret, `ctl leave` goes to the peer port and the cell leaves.
+    // The operator's way: `ctl leave` on the admin plane (loopback) and the cell leaves.
     let leaving = ring.id(1);
+    let admin = ring.cells[0].admin.expect("an admin port").to_string();
     let out = Command::new(env!("CARGO_BIN_EXE_cellcache"))
-        .args([
-            "ctl",
-            "leave",
-            &leaving,
-            "-s",
-            &client,
-            "--cluster-secret-file",
-        ])
-        .arg(&secret)
+        .args(["ctl", "leave", &leaving, "-s", &admin])
         .output()
         .expect("ctl leave runs");
     assert!(out.status.success(), "{out:?}");
@@ -232,6 +231,97 @@ fn ring_commands_on_the_client_port_need_the_secret() {
                 == 1
         },
     );
+}
+
+/// With a token, the admin plane answers only requests that carry it (`ctl` with
+/// `--admin-token-file`); only with one may it listen beyond loopback.
+#[test]
+fn the_admin_plane_needs_its_token() {
+    if common::is_memcached() {
+        return;
+    }
+    let token_path = secret_file("admin-token");
+    let token = std::fs::read_to_string(&token_path).expect("the token");
+    let token = token.trim();
+    let path = token_path.to_str().expect("utf-8");
+    let ring = Ring::start(1, &["-m", "32", "--admin-token-file", path]);
+    let admin = ring.cells[0].admin.expect("an admin port").to_string();
+    let call = |token: Option<&str>| {
+        cellcache_node::admin::client::call(
+            &admin,
+            "GET",
+            "/cluster/status",
+            token,
+            Duration::from_secs(10),
+        )
+        .expect("the admin plane answers")
+    };
+    for wrong in [None, Some("nope"), Some(&token[1..])] {
+        let reply = call(wrong);
+        assert_eq!(reply.status, 401, "{wrong:?}: {reply:?}");
+        assert!(!reply.body.contains("EPOCH"), "{reply:?}");
+    }
+    let reply = call(Some(token));
+    assert_eq!(reply.status, 200, "{reply:?}");
+    assert!(reply.body.starts_with("EPOCH "), "{reply:?}");
+    let ctl = |with_token: bool| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_cellcache"));
+        cmd.args(["ctl", "status", "-s", &admin])
+            .env_remove("CELLCACHE_ADMIN__TOKEN_FILE");
+        if with_token {
+            cmd.args(["--admin-token-file", path]);
+        }
+        cmd.output().expect("ctl runs")
+    };
+    assert!(!ctl(false).status.success());
+    let out = ctl(true);
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("CELL 1 active"));
+    // Beyond loopback without a token: refused at start, saying why.
+    let out = Command::new(env!("CARGO_BIN_EXE_cellcache"))
+        .args(["serve", "-l", "127.0.0.1", "-p", "0", "--standalone"])
+        .args(["--admin-listen", "0.0.0.0"])
+        .env("CELLCACHE_CLUSTER__STATE_DIR", "off")
+        .output()
+        .expect("serve runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("admin.token_file"), "{stderr}");
+}
+
+/// Idle connections to the admin port are closed after `admin.connection_timeout_ms`, and
+/// past `admin.connections_max` at once: the operator still gets in.
+#[test]
+fn idle_connections_cannot_hold_the_admin_port() {
+    if common::is_memcached() {
+        return;
+    }
+    let env = [
+        ("CELLCACHE_ADMIN__CONNECTIONS_MAX", "8"),
+        ("CELLCACHE_ADMIN__CONNECTION_TIMEOUT_MS", "500"),
+    ];
+    let server = common::Server::start_with_env(&["--standalone"], &env);
+    let admin = server.admin.expect("an admin port");
+    let idle: Vec<TcpStream> = (0..64)
+        .filter_map(|_| TcpStream::connect(admin).ok())
+        .collect();
+    assert!(!idle.is_empty());
+    common::wait_until(
+        "the operator gets an answer despite the idle flood",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || {
+            cellcache_node::admin::client::call(
+                &admin.to_string(),
+                "GET",
+                "/health",
+                None,
+                Duration::from_secs(2),
+            )
+            .is_ok_and(|r| r.ok())
+        },
+    );
+    drop(idle);
 }
 
 /// An idle flood of the peer port: each connection is closed once it has not finished its

@@ -11,6 +11,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod cell;
 pub mod cluster;
 pub mod config;
@@ -49,6 +50,8 @@ pub enum StartError {
     Ring(#[source] cluster::StartError),
     #[error("starting the I/O engine")]
     Engine(#[source] cellcache_io::IoError),
+    #[error(transparent)]
+    Admin(#[from] admin::AdminError),
 }
 
 /// An error and its sources on one line, `outer: cause: root`, each said once (a message
@@ -73,6 +76,8 @@ pub struct Node {
     /// The cell's ring membership (empty for a standalone or standby cell).
     pub ring: Arc<cluster::Slot>,
     engine: RunningEngine,
+    /// The admin plane (off with `admin.enabled = false`).
+    admin: Option<admin::Admin>,
 }
 
 impl Node {
@@ -152,11 +157,22 @@ impl Node {
         cell.conns.set_listeners(&engine.listeners);
         let _ = cell.engine_stats.set(engine.stats.clone());
         let _ = cell.engine.set(engine.engine);
-        Ok(Node { cell, ring, engine })
+        let admin = admin::start(cell.clone(), ring.clone(), engine.local_addr)?;
+        Ok(Node {
+            cell,
+            ring,
+            engine,
+            admin,
+        })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
         self.engine.local_addr
+    }
+
+    /// The admin listener's address, if the admin plane runs.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().map(|a| a.addr)
     }
 
     /// Blocks until the engine stopped (after the shutdown was triggered).
@@ -164,6 +180,9 @@ impl Node {
     /// a cell promptly in every state; its peers treat what it left undone as after a crash).
     pub fn join(self) {
         self.engine.join();
+        if let Some(admin) = self.admin {
+            admin.stop();
+        }
         if let Some(cluster) = self.ring.cluster.get() {
             let work = cluster.in_progress();
             if !work.is_empty() {

@@ -92,8 +92,8 @@ mod slow_link {
 
     /// Brings the child in as a division of the parent.
     pub fn invite(ring: &Ring) {
-        let (addr, parent) = (ring.cells[0].addr, ring.id(0));
-        let reply = ring.command(1, &format!("cluster invite {addr} {parent}"));
+        let parent = ring.id(0);
+        let reply = ring.invite(1, 0, &parent);
         assert!(reply.starts_with("OK "), "{reply}");
     }
 }
@@ -351,8 +351,8 @@ fn large_values_replicate_and_move_in_parts() {
     assert_eq!(rebuilt(&ring, 0) + rebuilt(&ring, 1), in_parts);
     // Division: the child gets cell 0's range as a snapshot, large items in parts.
     let standby = ring.add_standby_with_env(&["-m", "64"], &env);
-    let (parent, server) = (ring.id(0), ring.cells[0].addr.to_string());
-    let reply = ring.command(standby, &format!("cluster invite {server} {parent}"));
+    let parent = ring.id(0);
+    let reply = ring.invite(standby, 0, &parent);
     assert!(reply.starts_with("OK "), "{reply}");
     ring.wait_formed(3);
     common::wait_until(

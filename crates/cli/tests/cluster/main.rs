@@ -20,9 +20,7 @@ fn get(c: &mut Client, key: &str) -> Option<String> {
 
 /// A cell's own copy of `key` (never forwarded): (value, cas).
 fn peek(c: &mut Client, key: &str) -> Option<(String, u64)> {
-    c.send(format!("cluster peek {key}\r\n").as_bytes());
-    let lines = c.lines_until_end();
-    match lines.as_slice() {
+    match c.peek_lines(key).as_slice() {
         [] => None,
         [header, v] => Some((
             v.clone(),

@@ -35,15 +35,14 @@ fn split_and_leave_under_load_lose_nothing() {
     assert!(registers.wait_completed(200, during) && logs.wait_completed(200, during));
     // Division: the standby cell takes the second half of cell 0's range.
     let parent = ring.id(0);
-    let server = ring.cells[0].addr.to_string();
-    let reply = ring.command(standby, &format!("cluster invite {server} {parent}"));
+    let reply = ring.invite(standby, 0, &parent);
     assert!(reply.starts_with("OK "), "{reply}");
     ring.wait_formed(4);
     let (r, l) = (registers.completed(), logs.completed());
     assert!(registers.wait_completed(r + 200, during) && logs.wait_completed(l + 200, during));
     // Leave: cell 2 hands its range to its successor and exits.
     let leaving = ring.id(2);
-    let reply = ring.command(0, &format!("cluster leave {leaving}"));
+    let reply = ring.leave(0, &leaving);
     assert!(reply.starts_with("OK "), "{reply}");
     ring.wait_formed_among(3, &[0, 1, standby]);
     common::wait_until(

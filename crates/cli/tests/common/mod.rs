@@ -16,6 +16,10 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub struct Server {
     pub addr: SocketAddr,
+    /// The admin plane's address (cellcache only).
+    pub admin: Option<SocketAddr>,
+    /// The admin token, when the cell was given one (`--admin-token-file`).
+    admin_token: Option<String>,
     child: Child,
     /// Under `CELLCACHE_TEST_RING`: the other cells of the ring this one is the entry of.
     ring: Vec<Server>,
@@ -72,6 +76,30 @@ pub fn is_memcached() -> bool {
     target() == "memcached"
 }
 
+/// The `--admin-port` among `args`, if given.
+fn admin_port_in(args: &[&str]) -> Option<u16> {
+    args.windows(2)
+        .find(|w| w[0] == "--admin-port")
+        .and_then(|w| w[1].parse().ok())
+}
+
+/// The admin token of the file given with `--admin-token-file` among `args`, if any.
+fn admin_token_in(args: &[&str]) -> Option<String> {
+    let path = args
+        .windows(2)
+        .find(|w| w[0] == "--admin-token-file")
+        .map(|w| w[1])?;
+    let text = std::fs::read_to_string(path).expect("the admin token file");
+    Some(text.lines().next().unwrap_or("").trim().to_string())
+}
+
+/// The peer port among `args` (`--peer-port`), if given.
+pub fn peer_port_in(args: &[&str]) -> Option<u16> {
+    args.windows(2)
+        .find(|w| w[0] == "--peer-port")
+        .and_then(|w| w[1].parse().ok())
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -81,6 +109,27 @@ fn free_port() -> u16 {
 }
 
 impl Server {
+    /// One request to the cell's admin plane: (HTTP status, body).
+    pub fn admin_call(&self, method: &str, path: &str) -> (u16, String) {
+        let at = self
+            .admin
+            .expect("a cellcache cell has an admin port")
+            .to_string();
+        let token = self.admin_token.as_deref();
+        let reply = cellcache_node::admin::client::call(&at, method, path, token, REPLY_TIMEOUT)
+            .unwrap_or_else(|e| panic!("admin {method} {path} on {at}: {e}"));
+        (reply.status, reply.body)
+    }
+
+    /// The body of a GET on the admin plane, split into lines, without a final `END`.
+    pub fn admin_lines(&self, path: &str) -> Vec<String> {
+        let (_, body) = self.admin_call("GET", path);
+        body.lines()
+            .take_while(|l| *l != "END")
+            .map(str::to_string)
+            .collect()
+    }
+
     /// Starts the target with `extra` flags (memcached spelling: -m, -t, -c, -I ...).
     pub fn start(extra: &[&str]) -> Server {
         Self::start_with_env(extra, &[])
@@ -94,8 +143,11 @@ impl Server {
         if n < 2 || ring_member || binary_only || extra.contains(&"--standalone") {
             return Self::start_one(extra, env);
         }
-        let mut cells = vec![Self::start_one(extra, env)];
-        let join = cells[0].addr.to_string();
+        let peer = free_peer_port().to_string();
+        let mut first = extra.to_vec();
+        first.extend(["--peer-port", &peer]);
+        let mut cells = vec![Self::start_one(&first, env)];
+        let join = format!("127.0.0.1:{peer}");
         for _ in 1..n {
             let mut args = extra.to_vec();
             args.extend(["--join", &join]);
@@ -112,6 +164,7 @@ impl Server {
     fn start_one(extra: &[&str], env: &[(&str, &str)]) -> Server {
         for _attempt in 0..5 {
             let port = free_port();
+            let mut admin = None;
             let mut cmd = if is_memcached() {
                 let mut c = Command::new("memcached");
                 c.args(["-U", "0", "-l", "127.0.0.1", "-p", &port.to_string()]);
@@ -128,6 +181,12 @@ impl Server {
                 c.env("CELLCACHE_LOG__LEVEL", "warn");
                 // Each server its own membership file (none left for a later run's port).
                 c.env("CELLCACHE_CLUSTER__STATE_DIR", state_dir(port));
+                let port = admin_port_in(extra).unwrap_or_else(|| {
+                    let p = free_port();
+                    c.args(["--admin-port", &p.to_string()]);
+                    p
+                });
+                admin = Some(SocketAddr::from(([127, 0, 0, 1], port)));
                 c
             };
             cmd.args(extra).stdin(Stdio::null()).stdout(Stdio::null());
@@ -137,6 +196,8 @@ impl Server {
             let child = cmd.spawn().expect("server binary starts");
             let mut server = Server {
                 addr: SocketAddr::from(([127, 0, 0, 1], port)),
+                admin,
+                admin_token: admin_token_in(extra),
                 child,
                 ring: Vec::new(),
             };
@@ -185,6 +246,8 @@ impl Server {
         let child = cmd.spawn().expect("server binary starts");
         let mut server = Server {
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            admin: admin_port_in(extra).map(|p| SocketAddr::from(([127, 0, 0, 1], p))),
+            admin_token: admin_token_in(extra),
             child,
             ring: Vec::new(),
         };
@@ -264,7 +327,9 @@ impl Server {
     }
 
     pub fn connect(&self) -> Client {
-        Client::to(self.addr)
+        let mut c = Client::to(self.addr);
+        c.admin = self.admin;
+        c
     }
 
     /// Sends SIGTERM and waits for the process to exit; returns its exit status.
@@ -316,6 +381,8 @@ impl Drop for Server {
 pub struct Client {
     pub stream: TcpStream,
     pending: Vec<u8>,
+    /// The admin plane of the cell this client talks to, when known ([`Server::connect`]).
+    admin: Option<SocketAddr>,
 }
 
 impl Client {
@@ -327,7 +394,26 @@ impl Client {
         Client {
             stream,
             pending: Vec::new(),
+            admin: None,
         }
+    }
+
+    /// The cell's own copy of `key` (`/cluster/peek` on its admin plane, never forwarded):
+    /// the `VALUE` line and the value, or nothing.
+    pub fn peek_lines(&self, key: &str) -> Vec<String> {
+        let at = self
+            .admin
+            .expect("a client of a cellcache cell")
+            .to_string();
+        let path = format!("/cluster/peek/{key}");
+        let reply = cellcache_node::admin::client::call(&at, "GET", &path, None, REPLY_TIMEOUT)
+            .unwrap_or_else(|e| panic!("peek {key} on {at}: {e}"));
+        reply
+            .body
+            .lines()
+            .take_while(|l| *l != "END")
+            .map(str::to_string)
+            .collect()
     }
 
     pub fn send(&mut self, bytes: &[u8]) {
@@ -495,12 +581,15 @@ impl Ring {
     /// [`Ring::start`] with environment variables (configuration) for every cell.
     pub fn start_with_env(n: usize, extra: &[&str], env: &[(&str, &str)]) -> Ring {
         let mut cells: Vec<Server> = Vec::new();
+        let mut first_peer = String::new();
         for i in 0..n {
             let peer = free_peer_port().to_string();
             let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-            args.extend(["--peer-port".to_string(), peer]);
+            args.extend(["--peer-port".to_string(), peer.clone()]);
             if i > 0 {
-                args.extend(["--join".to_string(), cells[0].addr.to_string()]);
+                args.extend(["--join".to_string(), format!("127.0.0.1:{first_peer}")]);
+            } else {
+                first_peer = peer;
             }
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             cells.push(Server::start_one(&args, env));
@@ -531,11 +620,30 @@ impl Ring {
         status[0].split(' ').nth(7).unwrap().to_string()
     }
 
-    /// Sends one `cluster …` command to cell `i` and returns its one-line reply.
-    pub fn command(&self, i: usize, line: &str) -> String {
-        let mut c = self.cells[i].connect();
-        c.send(format!("{line}\r\n").as_bytes());
-        c.line()
+    /// The peer address of cell `i`, from its own status (`peer=` of its `SELF` line).
+    pub fn peer(&self, i: usize) -> String {
+        let status = self.status(i);
+        let me = status[0].split(' ').nth(7).expect("SELF id").to_string();
+        status
+            .iter()
+            .find(|l| l.starts_with("CELL ") && l.split(' ').nth(1) == Some(me.as_str()))
+            .and_then(|l| l.split(' ').find_map(|w| w.strip_prefix("peer=")))
+            .expect("a peer address")
+            .to_string()
+    }
+
+    /// Brings standby cell `standby` into the ring through cell `via` as a division of
+    /// `parent` (`ctl split`); returns the standby's one-line reply.
+    pub fn invite(&self, standby: usize, via: usize, parent: &str) -> String {
+        let path = format!("/cluster/invite?via={}&parent={parent}", self.peer(via));
+        let (_, body) = self.cells[standby].admin_call("POST", &path);
+        body.trim_end().to_string()
+    }
+
+    /// Asks cell `i` to start `cell`'s absorption (`ctl leave`); its one-line reply.
+    pub fn leave(&self, i: usize, cell: &str) -> String {
+        let (_, body) = self.cells[i].admin_call("POST", &format!("/cluster/leave/{cell}"));
+        body.trim_end().to_string()
     }
 
     /// Index of the cell whose range holds `key`'s hash (from cell 0's status).
@@ -560,11 +668,9 @@ impl Ring {
         self.cells
     }
 
-    /// `cluster status` through cell `i`, without the END line.
+    /// The ring's status through cell `i`'s admin plane, without the END line.
     pub fn status(&self, i: usize) -> Vec<String> {
-        let mut c = self.cells[i].connect();
-        c.send(b"cluster status\r\n");
-        c.lines_until_end()
+        self.cells[i].admin_lines("/cluster/status")
     }
 
     /// Waits until every cell reports `n` Active cells at one epoch.
@@ -598,13 +704,12 @@ impl Ring {
         }
     }
 
-    /// `cluster ranges` of cell `i`: (role, owner id, count) per line, and the TOTAL.
+    /// The ranges cell `i` holds (`/cluster/ranges`): (role, owner id, count) per line, and
+    /// the TOTAL.
     pub fn ranges(&self, i: usize) -> (Vec<(String, String, u64)>, u64) {
-        let mut c = self.cells[i].connect();
-        c.send(b"cluster ranges\r\n");
         let mut rows = Vec::new();
         let mut total = 0;
-        for l in c.lines_until_end() {
+        for l in self.cells[i].admin_lines("/cluster/ranges") {
             let w: Vec<&str> = l.split(' ').collect();
             match w[0] {
                 "RANGE" => rows.push((w[1].to_string(), w[2].to_string(), w[4].parse().unwrap())),

@@ -46,7 +46,7 @@ fn crash_during_division(name: &str, role: DivisionRole) {
     load_flows(&load, 300);
     let child = ring.split_to_new_cell(&format!("{name}-3"), 0, &env);
     let st = ring.status(child).expect("status of the joining cell");
-    let division = lines(ring.cells[child].addr(), "cluster status\r\n")
+    let division = admin_lines(admin_of(&ring.cells[child]), "/cluster/status")
         .expect("status")
         .into_iter()
         .find(|l| l.starts_with("MIGRATION division"))

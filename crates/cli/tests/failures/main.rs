@@ -62,6 +62,57 @@ fn connect(addr: SocketAddr) -> std::io::Result<TcpStream> {
     Ok(s)
 }
 
+/// The admin token every cell of these tests requires (their admin planes listen on the
+/// nodes' addresses in the partition tests, which needs a token): (file, token).
+fn admin_token() -> &'static (PathBuf, String) {
+    static TOKEN: std::sync::OnceLock<(PathBuf, String)> = std::sync::OnceLock::new();
+    TOKEN.get_or_init(|| {
+        let path =
+            std::env::temp_dir().join(format!("cellcache-failures-{}.token", std::process::id()));
+        let token = format!("failures-token-{}", std::process::id());
+        std::fs::write(&path, &token).expect("write the admin token file");
+        (path, token)
+    })
+}
+
+/// The admin address of a cell started from [`spec`] (`--admin-listen`, `--admin-port`).
+fn admin_of(server: &Server) -> SocketAddr {
+    let args = &server.spec().args;
+    let after = |flag: &str| {
+        args.windows(2)
+            .find(|w| w[0] == flag)
+            .map(|w| w[1].clone())
+            .expect("the cell's admin flags")
+    };
+    SocketAddr::new(
+        after("--admin-listen").parse().expect("an admin address"),
+        after("--admin-port").parse().expect("an admin port"),
+    )
+}
+
+/// GETs `path` from the admin plane at `admin` (with the tests' token) and returns its
+/// lines up to `END` (excluded); a refusal is an error.
+fn admin_lines(admin: SocketAddr, path: &str) -> std::io::Result<Vec<String>> {
+    let token = admin_token().1.as_str();
+    let reply = cellcache_node::admin::client::call(
+        &admin.to_string(),
+        "GET",
+        path,
+        Some(token),
+        Duration::from_secs(10),
+    )
+    .map_err(std::io::Error::other)?;
+    if !reply.ok() {
+        return Err(std::io::Error::other(reply.body));
+    }
+    Ok(reply
+        .body
+        .lines()
+        .take_while(|l| *l != "END")
+        .map(str::to_string)
+        .collect())
+}
+
 /// Sends `req` and reads lines up to `END` (excluded), or one line if it is not a list.
 fn lines(addr: SocketAddr, req: &str) -> std::io::Result<Vec<String>> {
     let mut s = connect(addr)?;
@@ -84,8 +135,8 @@ fn lines(addr: SocketAddr, req: &str) -> std::io::Result<Vec<String>> {
     }
 }
 
-fn status(addr: SocketAddr) -> Option<Status> {
-    let lines = lines(addr, "cluster status\r\n").ok()?;
+fn status(admin: SocketAddr) -> Option<Status> {
+    let lines = admin_lines(admin, "/cluster/status").ok()?;
     let head: Vec<&str> = lines.first()?.split(' ').collect();
     // EPOCH e RF r LEADER l SELF s
     let mut st = Status {
@@ -111,8 +162,8 @@ fn status(addr: SocketAddr) -> Option<Status> {
 }
 
 /// A cell's own copy of `key`: (value, cas), never forwarded.
-fn peek(addr: SocketAddr, key: &str) -> Option<(String, u64)> {
-    let l = lines(addr, &format!("cluster peek {key}\r\n")).expect("peek answers");
+fn peek(admin: SocketAddr, key: &str) -> Option<(String, u64)> {
+    let l = admin_lines(admin, &format!("/cluster/peek/{key}")).expect("peek answers");
     match l.as_slice() {
         [] => None,
         [header, v] => Some((v.clone(), header.split(' ').nth(4)?.parse().ok()?)),
@@ -156,15 +207,20 @@ struct Ring {
     netns: Option<(std::sync::Arc<Netns>, usize)>,
 }
 
-fn spec(name: &str, peer_port: u16, join: Option<SocketAddr>) -> ServerSpec {
+fn spec(name: &str, peer_port: u16, join: Option<String>) -> ServerSpec {
     let port = free_port().expect("free port");
     let mut args: Vec<String> = ["serve", "-l", "127.0.0.1", "-p", &port.to_string()]
         .map(String::from)
         .to_vec();
     args.extend(["-m", "64", "--peer-port"].map(String::from));
     args.push(peer_port.to_string());
+    let admin_port = free_port().expect("free port").to_string();
+    let token_file = admin_token().0.to_string_lossy().into_owned();
+    args.extend(["--admin-listen".into(), "127.0.0.1".into()]);
+    args.extend(["--admin-port".into(), admin_port]);
+    args.extend(["--admin-token-file".into(), token_file]);
     if let Some(j) = join {
-        args.extend(["--join".to_string(), j.to_string()]);
+        args.extend(["--join".to_string(), j]);
     }
     ServerSpec {
         name: name.to_string(),
@@ -212,15 +268,16 @@ impl Ring {
             .push(Server::start(spec).expect("standby cell starts"));
         let new = self.cells.len() - 1;
         let parent_id = self.status(parent).expect("status").me;
-        let ring_addr = self.cells[parent].addr();
-        let mut s = connect(self.cells[new].addr()).expect("connect to the standby cell");
-        s.set_read_timeout(Some(SETTLE)).expect("timeout");
-        write!(s, "cluster invite {ring_addr} {parent_id}\r\n").expect("invite");
-        let mut reply = String::new();
-        BufReader::new(s)
-            .read_line(&mut reply)
-            .expect("invitation answered");
-        assert!(reply.starts_with("OK "), "{reply}");
+        let via = self.peer_of(parent);
+        let reply = cellcache_node::admin::client::call(
+            &admin_of(&self.cells[new]).to_string(),
+            "POST",
+            &format!("/cluster/invite?via={via}&parent={parent_id}"),
+            Some(admin_token().1.as_str()),
+            SETTLE,
+        )
+        .expect("invitation answered");
+        assert!(reply.body.starts_with("OK "), "{reply:?}");
         new
     }
 
@@ -237,7 +294,7 @@ impl Ring {
             netns,
         };
         for i in 0..3 {
-            let join = ring.cells.first().map(Server::addr);
+            let join = (!ring.cells.is_empty()).then(|| ring.peer_of(0));
             let peer = free_port().expect("free port");
             let mut spec = spec(&format!("{name}-{i}"), peer, join);
             for (k, v) in env {
@@ -261,8 +318,19 @@ impl Ring {
     }
 
     fn status(&self, i: usize) -> Option<Status> {
-        let addr = self.cells[i].addr();
-        self.at(|| status(addr))
+        let admin = admin_of(&self.cells[i]);
+        self.at(|| status(admin))
+    }
+
+    /// Cell `i`'s peer address (`--peer-port` on its listening address).
+    fn peer_of(&self, i: usize) -> String {
+        let args = &self.cells[i].spec().args;
+        let port = args
+            .windows(2)
+            .find(|w| w[0] == "--peer-port")
+            .map(|w| w[1].clone())
+            .expect("a peer port");
+        format!("{}:{port}", self.cells[i].addr().ip())
     }
 
     fn addrs(&self) -> Vec<SocketAddr> {
@@ -347,7 +415,7 @@ impl Ring {
         }
         // a cell that came in with `ctl split` rejoins by itself
         args.retain(|a| a != "--standby");
-        args.extend(["--join".to_string(), self.cells[through].addr().to_string()]);
+        args.extend(["--join".to_string(), self.peer_of(through)]);
         self.cells[i].set_args(args);
         self.cells[i].restart().expect("restart");
         self.wait_stable(3, "after the restart");
@@ -400,8 +468,8 @@ fn check_replicas(ring: &Ring, keys: impl Iterator<Item = String>) {
         let copies: BTreeMap<usize, (String, u64)> = live
             .iter()
             .filter_map(|&i| {
-                let addr = ring.cells[i].addr();
-                ring.at(|| peek(addr, &key)).map(|c| (i, c))
+                let admin = admin_of(&ring.cells[i]);
+                ring.at(|| peek(admin, &key)).map(|c| (i, c))
             })
             .collect();
         if copies.is_empty() {
@@ -532,10 +600,10 @@ fn wait_fenced(ring: &Ring, i: usize) {
     }
 }
 
-/// `cluster ranges` of a cell: its master line (the range it masters), None if unreachable.
+/// The ranges a cell holds: its master line (the range it masters), None if unreachable.
 fn master_line(ring: &Ring, i: usize) -> Option<String> {
-    let addr = ring.cells[i].addr();
-    let l = ring.at(|| lines(addr, "cluster ranges\r\n")).ok()?;
+    let admin = admin_of(&ring.cells[i]);
+    let l = ring.at(|| admin_lines(admin, "/cluster/ranges")).ok()?;
     l.into_iter()
         .find(|l| l.starts_with("RANGE master"))
         .map(|l| {

@@ -1,14 +1,17 @@
-//! Text extension commands of the client port (`cluster …`), for operators and the CLI.
-//! Documented in docs/protocol.md ("Cluster extension commands").
+//! The ring's operator commands, shared by the two planes that carry them: the admin
+//! plane (`crate::admin`: status, ranges, peek, leave for `cellcache ctl`) and the peer
+//! plane's `Control` frames (`cluster status`, `cluster join`, sent by cells after proving
+//! the ring's secret: a restarted cell asking whether its ring is alive, a new cell asking
+//! to be admitted). The memcached port carries none of them.
 //!
 //! - `cluster status`: the ring as this cell sees it, one `CELL` line per cell with its
 //!   memory (asked of each cell), then `END`.
 //! - `cluster join <client-addr> <peer-addr> [parent-id]`: admit a new cell as a division of
 //!   `parent` (default: the cell with the largest range); answers `JOINED <len>` and the map.
-//! - `cluster leave <cell-id>`: begin the cell's absorption by its successor.
-//! - `cluster ranges`: items this cell holds per range it masters or backs up.
-//! - `cluster peek <key>`: this cell's own copy of a key (master or backup), as
-//!   `VALUE <key> <flags> <bytes> <cas>` … `END`, never forwarded (diagnostics, tests).
+//! - leave: begin a cell's absorption by its successor.
+//! - ranges: items this cell holds per range it masters or backs up.
+//! - peek: this cell's own copy of a key (master or backup), as `VALUE <key> <flags>
+//!   <bytes> <cas>` … `END`, never forwarded (diagnostics, tests).
 
 use cellcache_proto::lines;
 use std::sync::Arc;
@@ -18,53 +21,14 @@ use cellcache_cluster::wire::FrameKind;
 use cellcache_cluster::{CellAddress, CellId, CellState, Migration};
 
 use super::Cluster;
+use crate::cell::Cell;
 
-/// Whether `line` (without CRLF) is an extension command.
-pub fn is_extension(line: &[u8]) -> bool {
-    line.starts_with(b"cluster ") || line == b"cluster"
-}
-
-/// Where an extension command came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Origin {
-    /// The memcached client port: anyone who reaches it.
-    ClientPort,
-    /// A peer-port connection that proved the ring's secret (`cellcache ctl`, `serve --join`).
-    Operator,
-}
-
-/// The reply to a command that changes the ring, sent to the client port of a ring with a
-/// secret: such commands must prove the secret, on the peer port.
-const NEEDS_SECRET: &[u8] = lines::CLIENT_ERROR_NEEDS_SECRET;
-
-/// Runs an extension command; the reply ends with `END\r\n` or is one line. Commands that
-/// change the ring (`join`, `leave`) are refused from the client port of a ring with a
-/// secret.
-pub async fn run(cl: Arc<Cluster>, line: String, origin: Origin) -> Vec<u8> {
+/// Runs a `Control` command of the peer plane; the reply ends with `END\r\n` or is one
+/// line.
+pub async fn run(cl: Arc<Cluster>, line: String) -> Vec<u8> {
     let words: Vec<&str> = line.split_ascii_whitespace().collect();
-    let changes_the_ring = matches!(words.get(1), Some(&"join") | Some(&"leave"));
-    if changes_the_ring && origin == Origin::ClientPort && cl.secret.is_some() {
-        return NEEDS_SECRET.to_vec();
-    }
     match words.as_slice() {
-        ["cluster", "status"] => status(&cl).await.into_bytes(),
-        ["cluster", "ranges"] => ranges(&cl).into_bytes(),
-        ["cluster", "peek", key] => {
-            let mut out = Vec::new();
-            cl.cell.store.get(key.as_bytes(), cl.cell.now(), |item| {
-                cellcache_proto::write_value_header(
-                    &mut out,
-                    key.as_bytes(),
-                    item.flags,
-                    item.value.len(),
-                    Some(item.cas),
-                );
-                out.extend_from_slice(item.value);
-                cellcache_proto::write_value_end(&mut out);
-            });
-            out.extend_from_slice(lines::END);
-            out
-        }
+        ["cluster", "status"] => status_text(&cl).await.into_bytes(),
         ["cluster", "join", client, peer, rest @ ..] if rest.len() <= 1 => {
             let parent = match rest.first().map(|p| p.parse::<CellId>()) {
                 None => None,
@@ -86,20 +50,40 @@ pub async fn run(cl: Arc<Cluster>, line: String, origin: Origin) -> Vec<u8> {
                 Err(e) => server_error(&format!("join refused: {e}")),
             }
         }
-        ["cluster", "leave", cell] => match cell.parse::<CellId>() {
-            Ok(id) => match cl.leave(id).await {
-                Ok(map) => {
-                    let mut out = Vec::new();
-                    lines::write_ok_with(&mut out, map.epoch().to_string().as_bytes());
-                    out
-                }
-                Err(e) => server_error(&format!("leave refused: {e}")),
-            },
-            Err(_) => lines::CLIENT_ERROR_BAD_CELL_ID.to_vec(),
+        _ => b"CLIENT_ERROR unknown cluster command (status, join)\r\n".to_vec(),
+    }
+}
+
+/// This cell's own copy of `key`, if any (never forwarded).
+pub fn peek(cell: &Cell, key: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    cell.store.get(key, cell.now(), |item| {
+        cellcache_proto::write_value_header(
+            &mut out,
+            key,
+            item.flags,
+            item.value.len(),
+            Some(item.cas),
+        );
+        out.extend_from_slice(item.value);
+        cellcache_proto::write_value_end(&mut out);
+    });
+    out.extend_from_slice(lines::END);
+    out
+}
+
+/// Begins the absorption of `cell` (an id as `status` prints it): `OK <epoch>`.
+pub async fn leave(cl: &Arc<Cluster>, cell: &str) -> Vec<u8> {
+    match cell.parse::<CellId>() {
+        Ok(id) => match cl.leave(id).await {
+            Ok(map) => {
+                let mut out = Vec::new();
+                lines::write_ok_with(&mut out, map.epoch().to_string().as_bytes());
+                out
+            }
+            Err(e) => server_error(&format!("leave refused: {e}")),
         },
-        _ => {
-            b"CLIENT_ERROR unknown cluster command (status, ranges, peek, join, leave)\r\n".to_vec()
-        }
+        Err(_) => lines::CLIENT_ERROR_BAD_CELL_ID.to_vec(),
     }
 }
 
@@ -120,7 +104,8 @@ fn stat<'a>(reply: &'a str, name: &str) -> Option<&'a str> {
     })
 }
 
-async fn status(cl: &Arc<Cluster>) -> String {
+/// The ring as this cell sees it (`EPOCH …`, a `CELL` line per cell, `MIGRATION`s, `END`).
+pub async fn status_text(cl: &Arc<Cluster>) -> String {
     let map = cl.lock_ring().map().clone();
     let (voters, learners, leader) = match cl.raft.get() {
         Some(r) => {
@@ -217,7 +202,7 @@ async fn status(cl: &Arc<Cluster>) -> String {
 }
 
 /// Items held per range: the master range and each backed-up range.
-fn ranges(cl: &Arc<Cluster>) -> String {
+pub fn ranges_text(cl: &Arc<Cluster>) -> String {
     let map = cl.lock_ring().map().clone();
     let mut out = String::new();
     let now = cl.cell.now();

@@ -154,14 +154,17 @@ pub async fn write_frame_with_id(
 }
 
 /// Sends one operator command (a `cluster …` line) to the cell whose peer port is `peer`,
-/// proving `secret` first, and returns the cell's text reply. Blocking (its own small
-/// runtime): for `serve --join` before the cell runs, and for `cellcache ctl`.
+/// proving `secret` first when the ring has one, and returns the cell's text reply.
+/// Blocking (its own small runtime), for a cell before it serves: `serve --join`, and a
+/// restarted cell asking whether its ring is alive. Gives up early once `cancel` is
+/// triggered (a signal stops a joining cell promptly).
 pub fn operator_call(
     peer: &str,
-    secret: &Secret,
+    secret: Option<&Secret>,
     wire: &WireConfig,
     line: &str,
     timeout: std::time::Duration,
+    cancel: Option<&cellcache_io::Shutdown>,
 ) -> Result<String, OperatorCallError> {
     let at = |source| OperatorCallError::Failed {
         peer: peer.to_string(),
@@ -174,7 +177,7 @@ pub fn operator_call(
     runtime.block_on(async {
         let call = async {
             let mut stream = tokio::net::TcpStream::connect(peer).await?;
-            connect(&mut stream, wire, Some(secret)).await?;
+            connect(&mut stream, wire, secret).await?;
             write_frame_with_id(&mut stream, wire, FrameKind::Control, 1, line.as_bytes()).await?;
             let reply = read_frame(&mut stream, wire).await?;
             match reply.kind {
@@ -185,16 +188,32 @@ pub fn operator_call(
                 other => Err(HandshakeError::Unexpected(other, FrameKind::Control)),
             }
         };
-        match tokio::time::timeout(timeout, call).await {
-            Ok(reply) => reply.map_err(at),
-            Err(_) => Err(at(HandshakeError::TimedOut)),
+        let cancelled = async {
+            let Some(cancel) = cancel else {
+                return std::future::pending().await;
+            };
+            while !cancel.is_triggered() {
+                tokio::time::sleep(CANCEL_POLL).await;
+            }
+        };
+        tokio::select! {
+            reply = tokio::time::timeout(timeout, call) => match reply {
+                Ok(reply) => reply.map_err(at),
+                Err(_) => Err(at(HandshakeError::TimedOut)),
+            },
+            () = cancelled => Err(OperatorCallError::Cancelled),
         }
     })
 }
 
+/// How often a blocked [`operator_call`] looks at its cancel flag.
+const CANCEL_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Why an operator command got no reply from a cell's peer port.
 #[derive(Debug, thiserror::Error)]
 pub enum OperatorCallError {
+    #[error("cancelled")]
+    Cancelled,
     #[error("starting a runtime for the operator call")]
     Runtime(#[source] std::io::Error),
     #[error("calling the peer port {peer}")]
@@ -305,6 +324,8 @@ pub async fn accept(
                 FrameKind::Hello,
             ));
         }
+        // Without a secret the peer plane is open: a cell's operator commands come as is.
+        (None, FrameKind::Control) => return Ok(Opening::Operator(first)),
         (None, _) => first,
     };
     if hello.kind != FrameKind::Hello {
@@ -425,8 +446,8 @@ mod tests {
         assert!(s.is_err());
     }
 
-    /// After its proof, an operator may send a command instead of a Hello; without a secret
-    /// there is no operator connection.
+    /// After its proof, an operator may send a command instead of a Hello; an open ring takes
+    /// it without one, a ring with a secret never does.
     #[test]
     fn an_operator_that_proved_the_secret_sends_a_command() {
         let wire = WireConfig::default();
@@ -453,16 +474,24 @@ mod tests {
             matches!(&with, Ok(Opening::Operator(f)) if f.payload == b"cluster status"),
             "{with:?}"
         );
+        // An open ring (no secret) takes its operator commands as they come: a joining
+        // cell's `cluster join` has nothing to prove.
         let without = opened(None, None);
         assert!(
+            matches!(&without, Ok(Opening::Operator(f)) if f.payload == b"cluster status"),
+            "{without:?}"
+        );
+        // A ring with a secret never takes one from a connection that did not prove it.
+        let unproven = opened(Some(secret(4)), None);
+        assert!(
             matches!(
-                without,
+                unproven,
                 Err(HandshakeError::Unexpected(
                     FrameKind::Control,
-                    FrameKind::Hello
+                    FrameKind::AuthInit
                 ))
             ),
-            "{without:?}"
+            "{unproven:?}"
         );
     }
 

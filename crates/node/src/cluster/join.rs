@@ -1,11 +1,9 @@
 //! Becoming a ring member, before the cell serves: binding the peer port, drawing a new
-//! ring's identity, and asking a live cell to admit this one (`cluster join`, retried until
-//! the join timeout, abandoned promptly on a signal). With a cluster secret the request goes
-//! to the cell's peer port after proving the secret (the client port refuses it); without
-//! one, to its client port.
+//! ring's identity, and asking a live cell to admit this one (`cluster join` in a `Control`
+//! frame on that cell's peer port, after proving the ring's secret when there is one;
+//! retried until the join timeout, abandoned promptly on a signal).
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use cellcache_cluster::auth::Secret;
@@ -85,10 +83,6 @@ pub enum JoinError {
 /// Why one request to be admitted got no map back.
 #[derive(Debug, thiserror::Error)]
 pub enum AttemptError {
-    #[error("connection")]
-    Io(#[from] std::io::Error),
-    #[error(transparent)]
-    Status(#[from] StatusError),
     #[error(transparent)]
     Call(#[from] OperatorCallError),
     /// A `CLIENT_ERROR` answer: final.
@@ -97,12 +91,6 @@ pub enum AttemptError {
     /// Any other answer than a map.
     #[error("{0}")]
     Reply(String),
-    #[error("interrupted")]
-    Interrupted,
-    #[error("no answer to the join request")]
-    NoAnswer,
-    #[error("the cell closed the connection")]
-    Closed,
     #[error("the map in the reply")]
     Map(#[from] MapError),
 }
@@ -120,26 +108,7 @@ impl AttemptError {
     }
 }
 
-/// Why a cell's `cluster status` did not give its peer address.
-#[derive(Debug, thiserror::Error)]
-pub enum StatusError {
-    #[error("asking {client} for its cluster status")]
-    Io {
-        client: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{client} closed the connection")]
-    Closed { client: String },
-    #[error("cluster status of {client} too long")]
-    TooLong { client: String },
-    #[error("no SELF in the cluster status of {client}: {text}")]
-    NoSelf { client: String, text: String },
-    #[error("no peer address of cell {cell} in the status of {client}")]
-    NoPeer { client: String, cell: String },
-}
-
-/// Asks the cell at `join` (client port) to admit this cell, retrying until the join
+/// Asks the cell whose peer port is `join` to admit this cell, retrying until the join
 /// timeout; returns the map that has it.
 pub(super) fn join_ring(
     join: &str,
@@ -159,7 +128,7 @@ pub(super) fn join_ring(
         source,
     };
     loop {
-        match try_join(join, me, parent, timeout_ms, shutdown, secret, wire) {
+        match try_join(join, me, parent, timeout_ms, secret, wire, shutdown) {
             Ok(m) => return Ok(m),
             Err(_) if shutdown.is_triggered() => return Err(abandoned()),
             // A wrong or missing secret does not fix itself: say so at once.
@@ -179,134 +148,20 @@ pub(super) fn join_ring(
     }
 }
 
-/// Reads into `buf` until `done(buf)` holds, in slices of [`JOIN_SHUTDOWN_POLL`], giving up
-/// after `timeout` or once `shutdown` is triggered.
-fn read_until(
-    s: &mut TcpStream,
-    buf: &mut Vec<u8>,
-    timeout: Duration,
-    shutdown: &cellcache_io::Shutdown,
-    done: impl Fn(&[u8]) -> bool,
-) -> Result<(), AttemptError> {
-    s.set_read_timeout(Some(JOIN_SHUTDOWN_POLL))?;
-    let deadline = Instant::now() + timeout;
-    let mut chunk = [0u8; 4096];
-    while !done(buf) {
-        if shutdown.is_triggered() {
-            return Err(AttemptError::Interrupted);
-        }
-        if Instant::now() >= deadline {
-            return Err(AttemptError::NoAnswer);
-        }
-        match s.read(&mut chunk) {
-            Ok(0) => return Err(AttemptError::Closed),
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock
-                        | std::io::ErrorKind::TimedOut
-                        | std::io::ErrorKind::Interrupted
-                ) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
-}
-
 fn try_join(
     join: &str,
     me: &CellAddress,
     parent: Option<&CellId>,
     timeout_ms: u64,
-    shutdown: &cellcache_io::Shutdown,
     secret: Option<&Secret>,
     wire: &WireConfig,
+    shutdown: &cellcache_io::Shutdown,
 ) -> Result<ClusterMap, AttemptError> {
     let timeout = Duration::from_millis(timeout_ms * 5);
     let parent = parent.map(|p| format!(" {p}")).unwrap_or_default();
     let line = format!("cluster join {} {}{parent}", me.client, me.peer);
-    let buf = match secret {
-        Some(secret) => {
-            let peer = peer_address_of(join, timeout)?;
-            handshake::operator_call(&peer, secret, wire, &line, timeout)?.into_bytes()
-        }
-        None => client_port_join(join, &line, timeout, shutdown)?,
-    };
-    parse_joined(&buf)
-}
-
-/// The peer address of the cell whose client address is `client`, from its `cluster status`
-/// (its `SELF` id's `CELL` line).
-pub fn peer_address_of(client: &str, timeout: Duration) -> Result<String, StatusError> {
-    let io = |source| StatusError::Io {
-        client: client.to_string(),
-        source,
-    };
-    let mut s = TcpStream::connect(client).map_err(io)?;
-    s.set_read_timeout(Some(timeout)).map_err(io)?;
-    s.write_all(b"cluster status\r\n").map_err(io)?;
-    let mut text = String::new();
-    let mut chunk = [0u8; 4096];
-    while !text.contains("END\r\n") && !text.starts_with("SERVER_ERROR") {
-        let n = s.read(&mut chunk).map_err(io)?;
-        if n == 0 {
-            return Err(StatusError::Closed {
-                client: client.to_string(),
-            });
-        }
-        text.push_str(&String::from_utf8_lossy(&chunk[..n]));
-        if text.len() >= 1 << 20 {
-            return Err(StatusError::TooLong {
-                client: client.to_string(),
-            });
-        }
-    }
-    let Some(me) = text
-        .lines()
-        .next()
-        .and_then(|l| l.split(' ').skip_while(|w| *w != "SELF").nth(1))
-        .map(str::to_string)
-    else {
-        return Err(StatusError::NoSelf {
-            client: client.to_string(),
-            text,
-        });
-    };
-    text.lines()
-        .find(|l| l.split(' ').nth(1) == Some(me.as_str()) && l.starts_with("CELL "))
-        .and_then(|l| l.split(' ').find_map(|w| w.strip_prefix("peer=")))
-        .map(str::to_string)
-        .ok_or(StatusError::NoPeer {
-            client: client.to_string(),
-            cell: me,
-        })
-}
-
-/// `cluster join` on the client port of `join`: its whole reply.
-fn client_port_join(
-    join: &str,
-    line: &str,
-    timeout: Duration,
-    shutdown: &cellcache_io::Shutdown,
-) -> Result<Vec<u8>, AttemptError> {
-    let mut s = TcpStream::connect(join)?;
-    write!(s, "{line}\r\n")?;
-    let mut buf = Vec::new();
-    read_until(&mut s, &mut buf, timeout, shutdown, |b| b.contains(&b'\n'))?;
-    let eol = buf
-        .iter()
-        .position(|&b| b == b'\n')
-        .expect("read up to a line end");
-    let line = String::from_utf8_lossy(&buf[..=eol]).into_owned();
-    if let Some(len) = line.strip_prefix("JOINED ") {
-        let len = joined_len(len)?;
-        let start = eol + 1;
-        read_until(&mut s, &mut buf, timeout, shutdown, |b| {
-            b.len() >= start + len + 2
-        })?;
-    }
-    Ok(buf)
+    let reply = handshake::operator_call(join, secret, wire, &line, timeout, Some(shutdown))?;
+    parse_joined(reply.as_bytes())
 }
 
 /// The map length of a `JOINED <len>` line, at most the largest map a cell accepts.
@@ -345,29 +200,26 @@ fn parse_joined(buf: &[u8]) -> Result<ClusterMap, AttemptError> {
     )?)
 }
 
-/// `cluster invite <ring-cell client address> <parent id>` on a standby cell: joins the ring
-/// as a division of the parent (blocking; runs on its own thread).
-pub fn invite(cell: &Arc<Cell>, slot: &Slot, line: &str) -> Vec<u8> {
-    let words: Vec<&str> = line.split_ascii_whitespace().collect();
-    let ["cluster", "invite", ring, parent] = words.as_slice() else {
-        return lines::SERVER_ERROR_STANDBY_INVITE_ONLY.to_vec();
-    };
+/// A standby cell joins the ring through the cell whose peer port is `via`, as a division of
+/// `parent` (an id as `ctl status` prints it); blocking, so callers run it on a thread of its
+/// own. The reply is `OK <this cell's id>` or one error line.
+pub fn invite(cell: &Arc<Cell>, slot: &Slot, via: &str, parent: &str) -> Vec<u8> {
     let Ok(parent) = parent.parse::<cellcache_cluster::CellId>() else {
         return lines::CLIENT_ERROR_BAD_CELL_ID.to_vec();
     };
     let Some(repl) = slot.standby_repl.lock().take() else {
         return lines::SERVER_ERROR_ALREADY_JOINING.to_vec();
     };
-    match super::Cluster::start(cell.clone(), repl, ring, Some(&parent), slot) {
+    match super::Cluster::start(cell.clone(), repl, via, Some(&parent), slot) {
         Ok(cl) => {
             let mut reply = Vec::new();
             lines::write_ok_with(&mut reply, cl.me.to_string().as_bytes());
             reply
         }
         Err(e) => {
-            tracing::error!(error = %crate::error_chain(&e), "invitation failed");
-            let mut reply = Vec::new();
             let why = crate::error_chain(&e);
+            tracing::error!(error = %why, "invitation failed");
+            let mut reply = Vec::new();
             Response::ServerError(format!("join failed: {why}").as_bytes()).encode(&mut reply);
             reply
         }

@@ -16,7 +16,7 @@ pub mod flush;
 pub mod group;
 pub mod handshake;
 mod join;
-pub use join::{AttemptError, JoinError, StatusError, invite, peer_address_of};
+pub use join::{AttemptError, JoinError, invite};
 pub use slot::Slot;
 pub mod link;
 pub use link::Channel;
@@ -230,6 +230,8 @@ impl Cluster {
                 file.as_deref(),
                 &address,
                 Duration::from_millis(config.request_timeout_ms),
+                secret.as_ref(),
+                &config.wire,
             )?
         } else {
             None

@@ -5,9 +5,9 @@
 //! line says. A cell started with `--join` asks its ring to admit it, which the ring does as a
 //! new cell once it has absorbed the old one. The first cell of a ring has no `--join`, so it
 //! keeps a *membership file* while its ring has other cells: the ring's identity and the
-//! cells' client addresses ([`Membership`]). Started again without `--join`, a cell with such
-//! a file asks those cells, one by one, whether they are still that ring (`cluster status`
-//! shows its identity); the first that is admits it as a new cell, exactly as `--join` would.
+//! cells' peer addresses ([`Membership`]). Started again without `--join`, a cell with such
+//! a file asks those cells, one by one, over the peer plane (proving the ring's secret),
+//! whether they are still that ring (`cluster status` shows its identity); the first that is admits it as a new cell, exactly as `--join` would.
 //! Only when none answers as that ring does the cell start a new ring.
 //!
 //! Without the file (`cluster.state_dir = "off"`, or a file lost), the cells of the old ring
@@ -21,6 +21,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use cellcache_cluster::auth::Secret;
+use cellcache_cluster::wire::WireConfig;
 use cellcache_cluster::wire::payload::Hello;
 use cellcache_cluster::{CellAddress, CellState, ClusterMap};
 use serde::{Deserialize, Serialize};
@@ -35,23 +37,25 @@ pub const EXIT_RING_ALIVE: i32 = 3;
 pub struct Membership {
     /// The ring's identity, in hex.
     pub ring: String,
-    /// Client addresses of the ring's cells, this one's included.
-    pub cells: Vec<String>,
+    /// Peer addresses of the ring's cells, this one's included (asked over the peer
+    /// plane, with the ring's secret when it has one).
+    #[serde(default)]
+    pub peers: Vec<String>,
 }
 
 impl Membership {
     /// The membership `map` implies, or `None` when the ring has no cell but `me`
     /// (nothing to rejoin: a restarted ring of one starts anew).
     pub fn of(map: &ClusterMap, me: &CellAddress) -> Option<Membership> {
-        let cells: Vec<String> = map
+        let peers: Vec<String> = map
             .cells()
             .iter()
             .filter(|c| c.state != CellState::Dead)
-            .map(|c| c.address.client.clone())
+            .map(|c| c.address.peer.clone())
             .collect();
-        cells.iter().any(|c| *c != me.client).then(|| Membership {
+        peers.iter().any(|p| *p != me.peer).then(|| Membership {
             ring: format!("{:x}", map.ring()),
-            cells,
+            peers,
         })
     }
 }
@@ -161,32 +165,34 @@ enum Answer {
     Silent,
 }
 
-fn ask(client: &str, ring: &str, timeout: Duration) -> Answer {
-    use std::io::{BufRead, BufReader, Write};
-    let Ok(addr) = client.parse::<std::net::SocketAddr>() else {
-        return Answer::Other;
-    };
-    let mut s = match std::net::TcpStream::connect_timeout(&addr, timeout) {
-        Ok(s) => s,
-        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => return Answer::Other,
-        Err(_) => return Answer::Silent,
-    };
-    let _ = s.set_read_timeout(Some(timeout));
-    if s.write_all(b"cluster status\r\n").is_err() {
-        return Answer::Silent;
-    }
-    let mut line = String::new();
-    if BufReader::new(s).read_line(&mut line).is_err() || line.is_empty() {
-        return Answer::Silent;
-    }
-    let theirs = line
-        .split_ascii_whitespace()
-        .skip_while(|w| *w != "RING")
-        .nth(1);
-    if theirs == Some(ring) {
-        Answer::SameRing
-    } else {
-        Answer::Other
+fn ask(
+    peer: &str,
+    ring: &str,
+    timeout: Duration,
+    secret: Option<&Secret>,
+    wire: &WireConfig,
+) -> Answer {
+    use super::handshake::{HandshakeError, OperatorCallError};
+    match super::handshake::operator_call(peer, secret, wire, "cluster status", timeout, None) {
+        Ok(status) => {
+            let theirs = status.lines().next().and_then(|l| {
+                l.split_ascii_whitespace()
+                    .skip_while(|w| *w != "RING")
+                    .nth(1)
+            });
+            if theirs == Some(ring) {
+                Answer::SameRing
+            } else {
+                Answer::Other
+            }
+        }
+        // Nothing listens there, or a cell of another ring (another secret, or none).
+        Err(OperatorCallError::Failed {
+            source: HandshakeError::Io(e),
+            ..
+        }) if e.kind() == std::io::ErrorKind::ConnectionRefused => Answer::Other,
+        Err(e) if e.is_final() => Answer::Other,
+        Err(_) => Answer::Silent,
     }
 }
 
@@ -197,12 +203,14 @@ pub fn ring_to_rejoin(
     path: Option<&Path>,
     me: &CellAddress,
     wait: Duration,
+    secret: Option<&Secret>,
+    wire: &WireConfig,
 ) -> Result<Option<String>, MembershipFileError> {
     let Some(path) = path else { return Ok(None) };
     let Some(m) = load(path)? else {
         return Ok(None);
     };
-    let others: Vec<&String> = m.cells.iter().filter(|c| **c != me.client).collect();
+    let others: Vec<&String> = m.peers.iter().filter(|p| **p != me.peer).collect();
     tracing::info!(
         file = %path.display(),
         ring = %m.ring,
@@ -214,7 +222,7 @@ pub fn ring_to_rejoin(
     loop {
         let mut silent = false;
         for c in &others {
-            match ask(c, &m.ring, per_call) {
+            match ask(c, &m.ring, per_call, secret, wire) {
                 Answer::SameRing => {
                     tracing::warn!(
                         through = %c,

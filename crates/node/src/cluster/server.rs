@@ -232,7 +232,7 @@ async fn operator(cl: &Arc<Cluster>, mut stream: TcpStream, first: OwnedFrame, p
         }
         let line = String::from_utf8_lossy(&frame.payload).into_owned();
         tracing::info!(%peer, command = %line, "operator command");
-        let reply = super::ext::run(cl.clone(), line, super::ext::Origin::Operator).await;
+        let reply = super::ext::run(cl.clone(), line).await;
         let written = handshake::write_frame_with_id(
             &mut stream,
             &wire_cfg,

@@ -13,6 +13,8 @@ use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 
+mod admin;
+pub use admin::{ADMIN_PORT_OFFSET, AdminConfig};
 pub use cellcache_io::{EngineConfig, IoEngineKind};
 pub use cellcache_store::StoreConfig;
 
@@ -26,6 +28,7 @@ pub struct NodeConfig {
     pub protocol: ProtocolConfig,
     pub log: LogConfig,
     pub cluster: ClusterConfig,
+    pub admin: AdminConfig,
 }
 
 /// When a master acknowledges a write: after its backups applied it, or at once.
@@ -643,6 +646,9 @@ impl NodeConfig {
                  requests per event must be greater than 0\")"
                     .into(),
             ));
+        }
+        if let Some(problem) = self.admin.problem() {
+            return Err(ConfigError::Invalid(problem));
         }
         let c = &self.cluster;
         if !(1..=5).contains(&c.replication_factor) {

@@ -503,44 +503,6 @@ impl Conn {
                 }
                 continue;
             }
-            if let Some(cl) = &cluster {
-                if rest.starts_with(b"cluster") {
-                    let Some(eol) = rest.iter().position(|&b| b == b'\n') else {
-                        if rest.len() > self.cell.limits.line_bytes_max {
-                            // As any over-long line: memcached closes without a reply.
-                            p.close = true;
-                        }
-                        break;
-                    };
-                    let line = String::from_utf8_lossy(&rest[..eol]).trim_end().to_string();
-                    use crate::cluster::ext;
-                    if ext::is_extension(line.as_bytes()) {
-                        p.consumed += eol + 1;
-                        let slot = self.slot();
-                        let cl2 = cl.clone();
-                        cl.handle.spawn(async move {
-                            slot.fill(ext::run(cl2, line, ext::Origin::ClientPort).await);
-                        });
-                        continue;
-                    }
-                }
-            }
-            if standby && rest.starts_with(b"cluster") {
-                let Some(eol) = rest.iter().position(|&b| b == b'\n') else {
-                    break;
-                };
-                let line = String::from_utf8_lossy(&rest[..eol]).trim_end().to_string();
-                p.consumed += eol + 1;
-                let slot = self.slot();
-                let (cell, ring) = (self.cell.clone(), self.ring.clone());
-                let spawned = std::thread::Builder::new()
-                    .name("cellcache-invite".into())
-                    .spawn(move || slot.fill(crate::cluster::invite(&cell, &ring, &line)));
-                if spawned.is_err() {
-                    output.extend_from_slice(lines::SERVER_ERROR_JOIN_NOT_STARTED);
-                }
-                continue;
-            }
             match parse(rest, &self.cell.limits) {
                 Parsed::Partial {
                     request,

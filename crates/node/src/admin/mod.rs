@@ -1,0 +1,381 @@
+//! The admin plane: operators' HTTP listener, apart from the memcached port (which speaks
+//! only memcached). `cellcache ctl` talks to it; docs/protocol.md ("Admin interface") lists
+//! its endpoints and docs/security.md who may use it.
+//!
+//! It binds loopback by default. With `admin.token_file` every request must carry
+//! `Authorization: Bearer <token>` (compared in constant time), and only with a token may it
+//! bind another address. Its connections are bounded (`admin.connections_max`, past which a
+//! new one is closed at once) and each lives at most `admin.connection_timeout_ms`, so an
+//! idle or slow client cannot hold it. It runs on a runtime of its own, one thread, so it
+//! answers on a standalone or standby cell too and never competes with the peer plane.
+//!
+//! Replies are text: the ring's views are the lines `ctl` prints (`EPOCH …`, `CELL …`,
+//! `END`), errors one line with an HTTP status saying which kind. [`client`] is the other
+//! side, for `ctl` and the tests.
+
+pub mod client;
+
+use std::future::Future as _;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
+
+use crate::cell::Cell;
+use crate::cluster::{self, Slot};
+use crate::config::{ADMIN_PORT_OFFSET, AdminConfig};
+
+/// Why the admin plane did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    #[error("reading the admin token file {path}")]
+    Token {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the admin token file {path} is empty")]
+    EmptyToken { path: String },
+    #[error("binding the admin port {addr}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("starting the admin runtime")]
+    Runtime(#[source] std::io::Error),
+}
+
+/// The running admin plane; stopping it ([`Admin::stop`]) closes its listener.
+pub struct Admin {
+    pub addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Admin {
+    /// Stops serving and waits for the admin thread.
+    pub fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// What every handler sees.
+struct Plane {
+    cell: Arc<Cell>,
+    ring: Arc<Slot>,
+    /// The bearer token, if one is required.
+    token: Option<Vec<u8>>,
+}
+
+/// Reads the token (its first line, trimmed); empty path: none.
+fn load_token(path: &str) -> Result<Option<Vec<u8>>, AdminError> {
+    if path.is_empty() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(path).map_err(|source| AdminError::Token {
+        path: path.to_string(),
+        source,
+    })?;
+    let token = text.lines().next().unwrap_or("").trim();
+    if token.is_empty() {
+        return Err(AdminError::EmptyToken {
+            path: path.to_string(),
+        });
+    }
+    Ok(Some(token.as_bytes().to_vec()))
+}
+
+/// Binds the admin port (see [`AdminConfig::port`]) next to the client port `client`.
+fn bind(config: &AdminConfig, client: SocketAddr) -> Result<std::net::TcpListener, AdminError> {
+    let at = |port| SocketAddr::new(config.listen, port);
+    let bind = |addr: SocketAddr| {
+        std::net::TcpListener::bind(addr)
+            .and_then(|l| l.set_nonblocking(true).map(|()| l))
+            .map_err(|source| AdminError::Bind { addr, source })
+    };
+    if config.port != 0 {
+        return bind(at(config.port));
+    }
+    let derived = client
+        .port()
+        .checked_add(ADMIN_PORT_OFFSET)
+        .filter(|_| client.port() != 0);
+    if let Some(l) = derived.and_then(|p| bind(at(p)).ok()) {
+        return Ok(l);
+    }
+    bind(at(0))
+}
+
+/// Starts the admin plane of `cell` (its ring membership in `ring`), if enabled.
+pub fn start(
+    cell: Arc<Cell>,
+    ring: Arc<Slot>,
+    client: SocketAddr,
+) -> Result<Option<Admin>, AdminError> {
+    let config = cell.config.admin.clone();
+    if !config.enabled {
+        return Ok(None);
+    }
+    let token = load_token(&config.token_file)?;
+    let listener = bind(&config, client)?;
+    let addr = listener.local_addr().map_err(|source| AdminError::Bind {
+        addr: SocketAddr::new(config.listen, config.port),
+        source,
+    })?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(AdminError::Runtime)?;
+    let plane = Arc::new(Plane { cell, ring, token });
+    let (stop, stopped) = oneshot::channel::<()>();
+    let thread = std::thread::Builder::new()
+        .name("cellcache-admin".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let listener = match tokio::net::TcpListener::from_std(listener) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        tracing::error!(error = %e, "admin listener");
+                        return;
+                    }
+                };
+                let limited = Limited {
+                    listener,
+                    slots: Arc::new(Semaphore::new(config.connections_max)),
+                    lifetime: Duration::from_millis(config.connection_timeout_ms),
+                };
+                let app = router(plane);
+                let served = axum::serve(limited, app).with_graceful_shutdown(async {
+                    let _ = stopped.await;
+                });
+                if let Err(e) = served.await {
+                    tracing::error!(error = %e, "admin plane stopped");
+                }
+            });
+        })
+        .map_err(AdminError::Runtime)?;
+    tracing::info!(%addr, token = !config.token_file.is_empty(), "admin listener bound");
+    Ok(Some(Admin {
+        addr,
+        stop: Some(stop),
+        thread: Some(thread),
+    }))
+}
+
+fn router(plane: Arc<Plane>) -> Router {
+    Router::new()
+        .route("/health", get(|| async { "OK\r\n" }))
+        .route("/cluster/status", get(status))
+        .route("/cluster/ranges", get(ranges))
+        .route("/cluster/peek/{key}", get(peek))
+        .route("/cluster/leave/{cell}", post(leave))
+        .route("/cluster/invite", post(invite))
+        .layer(middleware::from_fn_with_state(plane.clone(), authorize))
+        .with_state(plane)
+}
+
+/// With a token configured, a request without `Authorization: Bearer <token>` gets 401.
+async fn authorize(
+    State(plane): State<Arc<Plane>>,
+    headers: HeaderMap,
+    request: Request,
+    next: Next,
+) -> Response {
+    if let Some(token) = &plane.token {
+        let given = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+            .unwrap_or(b"");
+        use subtle::ConstantTimeEq as _;
+        if !bool::from(given.ct_eq(token)) {
+            return (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Bearer")],
+                "CLIENT_ERROR unauthenticated: this admin port needs its token\r\n",
+            )
+                .into_response();
+        }
+    }
+    next.run(request).await
+}
+
+/// The reply to a ring command on a cell that is no ring member.
+fn not_a_member() -> Response {
+    (
+        StatusCode::CONFLICT,
+        "SERVER_ERROR not a ring member (standalone or standby cell)\r\n",
+    )
+        .into_response()
+}
+
+/// A text reply whose status follows its first line: `CLIENT_ERROR` 400, `SERVER_ERROR`
+/// 409, anything else 200.
+fn text(reply: Vec<u8>) -> Response {
+    let status = if reply.starts_with(b"CLIENT_ERROR") {
+        StatusCode::BAD_REQUEST
+    } else if reply.starts_with(b"SERVER_ERROR") {
+        StatusCode::CONFLICT
+    } else {
+        StatusCode::OK
+    };
+    (status, reply).into_response()
+}
+
+async fn status(State(plane): State<Arc<Plane>>) -> Response {
+    match plane.ring.cluster.get() {
+        Some(cl) => text(cluster::ext::status_text(cl).await.into_bytes()),
+        None => not_a_member(),
+    }
+}
+
+async fn ranges(State(plane): State<Arc<Plane>>) -> Response {
+    match plane.ring.cluster.get() {
+        Some(cl) => text(cluster::ext::ranges_text(cl).into_bytes()),
+        None => not_a_member(),
+    }
+}
+
+async fn peek(State(plane): State<Arc<Plane>>, Path(key): Path<String>) -> Response {
+    text(cluster::ext::peek(&plane.cell, key.as_bytes()))
+}
+
+async fn leave(State(plane): State<Arc<Plane>>, Path(cell): Path<String>) -> Response {
+    match plane.ring.cluster.get() {
+        Some(cl) => text(cluster::ext::leave(cl, &cell).await),
+        None => not_a_member(),
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct Invitation {
+    /// The peer address of a cell of the ring to join.
+    via: String,
+    /// The cell to divide.
+    parent: String,
+}
+
+/// A standby cell joins the ring through `via` as a division of `parent` (blocks until it
+/// is a member or failed; runs on a thread of its own, as joining is blocking).
+async fn invite(State(plane): State<Arc<Plane>>, Query(inv): Query<Invitation>) -> Response {
+    let (cell, ring) = (plane.cell.clone(), plane.ring.clone());
+    let joined =
+        tokio::task::spawn_blocking(move || cluster::invite(&cell, &ring, &inv.via, &inv.parent))
+            .await;
+    match joined {
+        Ok(reply) => text(reply),
+        Err(_) => text(cellcache_proto::lines::SERVER_ERROR_JOIN_NOT_STARTED.to_vec()),
+    }
+}
+
+/// The admin listener with its connection limit and connection lifetime.
+struct Limited {
+    listener: tokio::net::TcpListener,
+    slots: Arc<Semaphore>,
+    lifetime: Duration,
+}
+
+impl axum::serve::Listener for Limited {
+    type Io = Bounded;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Bounded, SocketAddr) {
+        loop {
+            let (stream, peer) = match self.listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of descriptors, mostly: back off instead of spinning.
+                    tracing::warn!(error = %e, "admin accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let Ok(slot) = self.slots.clone().try_acquire_owned() else {
+                tracing::debug!(%peer, "admin connection refused: admin.connections_max reached");
+                continue; // dropped: closed at once
+            };
+            return (
+                Bounded {
+                    stream,
+                    _slot: slot,
+                    deadline: Box::pin(tokio::time::sleep(self.lifetime)),
+                },
+                peer,
+            );
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+}
+
+/// An admin connection: holds its slot while it lives, and fails every read and write once
+/// its lifetime is over, which makes the server close it.
+struct Bounded {
+    stream: tokio::net::TcpStream,
+    _slot: OwnedSemaphorePermit,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl Bounded {
+    fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+        self.deadline.as_mut().poll(cx).is_ready()
+    }
+}
+
+fn timed_out() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "admin.connection_timeout_ms reached",
+    )
+}
+
+impl AsyncRead for Bounded {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if self.expired(cx) {
+            return Poll::Ready(Err(timed_out()));
+        }
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Bounded {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        if self.expired(cx) {
+            return Poll::Ready(Err(timed_out()));
+        }
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
