@@ -156,6 +156,8 @@ fn without_a_secret_a_forged_peer_is_served() {
         return;
     }
     let ring = Ring::start(2, &["-m", "32"]);
+    // Every status says the ring is open.
+    assert!(ring.status(1)[0].ends_with(" PEERS open"), "{:?}", ring.status(1));
     let mut c = ring.cells[0].connect();
     write_keys(&mut c, 100);
     let (_, peer, ring_id) = addresses(&ring, 0);
@@ -188,6 +190,7 @@ fn the_client_port_speaks_only_memcached() {
         c.roundtrip(format!("{line}\r\n").as_bytes(), b"ERROR\r\n");
     }
     c.roundtrip(b"set after 0 0 1\r\nx\r\n", b"STORED\r\n");
+    assert!(ring.status(1)[0].ends_with(" PEERS secret"), "{:?}", ring.status(1));
     let (_, peer, _) = addresses(&ring, 0);
     // A cell without the secret, or with another one, cannot join: it says why and exits.
     let other = secret_file("other");

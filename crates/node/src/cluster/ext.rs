@@ -117,12 +117,18 @@ pub async fn status_text(cl: &Arc<Cluster>) -> String {
         None => Default::default(),
     };
     let mut out = format!(
-        "EPOCH {} RF {} LEADER {} SELF {} RING {:x}\r\n",
+        "EPOCH {} RF {} LEADER {} SELF {} RING {:x} PEERS {}\r\n",
         map.epoch(),
         map.replication_factor(),
         leader.map_or("-".to_string(), |l| l.to_string()),
         cl.me,
-        map.ring()
+        map.ring(),
+        // Said on every status: a ring without a secret is open to anyone on its network.
+        if cl.secret.is_some() {
+            "secret"
+        } else {
+            "open"
+        }
     );
     for c in map.cells() {
         let stats = if c.id == cl.me {
