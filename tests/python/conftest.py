@@ -118,7 +118,7 @@ class OneServer:
             args = list(extra)
             if os.environ.get("CELLCACHE_TEST_SERVER") != "memcached":
                 self.admin_port = free_port(host)
-                args += ["--admin-port", str(self.admin_port)]
+                args += ["--admin-listen", host, "--admin-port", str(self.admin_port)]
             self.proc = subprocess.Popen(server_command(host, self.port, args), env=server_env(),
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             if wait_ready(self.proc, host, self.port):
