@@ -572,7 +572,12 @@ fn master_ranges_cover_the_installed_map_and_the_epochs_around_an_older_stamp() 
     assert_eq!(a.master_ranges(&id("2"), 1), [half("2")]);
     assert!(a.master_ranges(&id("9"), 3).is_empty(), "not in any map");
     // Epoch 2 skipped: it lies between the maps installed before and after it.
-    let mut b = Ring::new(id("1"), ClusterMap::bootstrap(id("1"), addr(0), 2).unwrap(), cfg, 0);
+    let mut b = Ring::new(
+        id("1"),
+        ClusterMap::bootstrap(id("1"), addr(0), 2).unwrap(),
+        cfg,
+        0,
+    );
     b.install_map(divided.clone(), 2);
     assert_eq!(b.master_ranges(&id("1"), 2), [half("1"), HashRange::FULL]);
 }
