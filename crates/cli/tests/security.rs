@@ -2,9 +2,12 @@
 //! loopback: with a cluster secret, a peer that cannot prove it is closed before any of its
 //! frames is read, the client port refuses the commands that change the ring, a cell
 //! without the secret cannot join, and idle connections cannot hold the peer port. Without
-//! a secret the same forged peer wipes a cell's data — the reason rings run with one.
+//! a secret the same forged peer wipes a cell's data — the reason rings run with one. What a
+//! peer that holds the secret (a member) can no longer do is in `security/member.rs`.
 
 mod common;
+#[path = "security/member.rs"]
+mod member;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
