@@ -15,20 +15,24 @@ fn id(s: &str) -> CellId {
     s.parse().unwrap()
 }
 
-/// Bootstrap 1, divide into 1 and 2 (r = 2): each backs up the other.
-fn two_cells() -> ClusterMap {
-    let m = ClusterMap::bootstrap(id("1"), addr(0), 2).unwrap();
-    let m = apply(
-        &m,
+/// `m` with cell 1 dividing: the child joins at `addr(1)`.
+fn one_divides(m: &ClusterMap) -> ClusterMap {
+    apply(
+        m,
         &Proposal {
-            based_on_epoch: 1,
+            based_on_epoch: m.epoch(),
             change: Change::BeginDivision {
                 parent: id("1"),
                 child_address: addr(1),
             },
         },
     )
-    .unwrap();
+    .unwrap()
+}
+
+/// Bootstrap 1, divide into 1 and 2 (r = 2): each backs up the other.
+fn two_cells() -> ClusterMap {
+    let m = one_divides(&ClusterMap::bootstrap(id("1"), addr(0), 2).unwrap());
     apply(
         &m,
         &Proposal {
@@ -549,17 +553,7 @@ fn partitioned_zombie_pair_never_overlaps_the_new_owner() {
 fn master_ranges_cover_the_installed_map_and_the_epochs_around_an_older_stamp() {
     let cfg = RingConfig::default();
     let one = ClusterMap::bootstrap(id("1"), addr(0), 2).unwrap();
-    let dividing = apply(
-        &one,
-        &Proposal {
-            based_on_epoch: 1,
-            change: Change::BeginDivision {
-                parent: id("1"),
-                child_address: addr(1),
-            },
-        },
-    )
-    .unwrap();
+    let dividing = one_divides(&one);
     let divided = two_cells();
     let half = |c: &str| divided.cell(&id(c)).unwrap().range.unwrap();
     let mut a = Ring::new(id("1"), one, cfg, 0);
