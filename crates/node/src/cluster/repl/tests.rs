@@ -1,7 +1,7 @@
 //! The lanes, batches and receiving side of replication, without links.
 
 use super::stream::{CLOSED_POLL, sleep_unless_closed};
-use super::target::{Acked, Batch, next_batch, trim_acked};
+use super::target::{Acked, Batch, TargetState, next_batch, trim_acked};
 use super::*;
 use cellcache_cluster::wire::FrameKind;
 use cellcache_cluster::wire::payload::{ItemState, RangeSeq, ReplicationRecord, encode_item};
@@ -486,6 +486,13 @@ fn a_child_falling_behind_while_it_answers_is_waited_for() {
     assert!(!r.child_lags(&t));
 }
 
+/// Takes the next batch and sends it, as the sender does before its answer arrives.
+fn sent(st: &mut TargetState) -> Batch {
+    let b = next_batch(st, 1024, false).expect("a batch");
+    st.sending(&b);
+    b
+}
+
 /// Positions of each record of a batch.
 fn positions(b: &Batch) -> Vec<u64> {
     records(b).into_iter().map(|r| r.0).collect()
@@ -538,12 +545,7 @@ fn a_batch_that_got_no_answer_goes_again_with_its_positions_before_the_other_lan
     let t = positioned(2, true);
     r.push(&t, 1, set("a", "old-a"), LaneKind::Snapshot);
     r.push(&t, 1, set("b", "old-b"), LaneKind::Snapshot);
-    let first = {
-        let mut st = t.state.lock();
-        let b = next_batch(&st, 1024, false).expect("the snapshot");
-        st.sending(&b);
-        b
-    };
+    let first = sent(&mut t.state.lock());
     assert_eq!(positions(&first), [1, 2]);
     // Its answer is lost. Meanwhile a live change of `b` and one more item arrive: the
     // item sent keeps its place (it may have been applied under its position), so the
@@ -564,11 +566,7 @@ fn an_unsent_snapshot_item_still_moves_ahead_of_a_live_change_of_its_key() {
     let r = replicator();
     let t = positioned(2, true);
     r.push(&t, 1, set("a", "old-a"), LaneKind::Snapshot);
-    {
-        let mut st = t.state.lock();
-        let b = next_batch(&st, 1024, false).expect("a");
-        st.sending(&b);
-    }
+    sent(&mut t.state.lock());
     r.push(&t, 1, set("b", "old-b"), LaneKind::Snapshot);
     r.push(&t, 1, touch("b"), LaneKind::Live);
     // `a` went out: resent first, alone, with its position; `b` moved to the live lane.
@@ -590,21 +588,17 @@ fn a_receiver_elsewhere_than_expected_gets_the_lane_again_from_its_position() {
     let written = r.push(&t, 1, set("a", "1"), LaneKind::Live);
     r.push(&t, 1, set("b", "2"), LaneKind::Live);
     let mut st = t.state.lock();
-    let b = next_batch(&st, 1024, false).expect("a batch");
-    st.sending(&b);
+    let b = sent(&mut st);
     assert_eq!(positions(&b), [1, 2]);
     // Another stream moved the receiver to 9 (its records at 1 and 2 were skipped as
     // resends): not taken as applied.
     assert_eq!(st.acknowledged(&b, 9), Acked::Diverged);
     assert!(st.acked < written, "the writes still wait");
-    let b = next_batch(&st, 1024, false).expect("again");
-    assert_eq!(positions(&b), [10, 11]);
-    st.sending(&b);
+    assert_eq!(positions(&sent(&mut st)), [10, 11]);
     // A receiver that refuses a gap says where it is: from there, too.
     st.gap(LaneKind::Live, 4);
-    let b = next_batch(&st, 1024, false).expect("again");
+    let b = sent(&mut st);
     assert_eq!(positions(&b), [4, 5]);
-    st.sending(&b);
     assert_eq!(st.acknowledged(&b, 5), Acked::Applied);
     trim_acked(&mut st);
     assert!(next_batch(&st, 1024, false).is_none());
@@ -618,8 +612,7 @@ fn after_dropping_entries_that_may_have_arrived_the_lane_goes_on_past_them() {
     r.push(&t, 7, set("b", "2"), LaneKind::Live);
     {
         let mut st = t.state.lock();
-        let b = next_batch(&st, 1024, false).expect("a batch");
-        st.sending(&b);
+        sent(&mut st);
         // Refused for good on a second attempt: the first may have been applied.
         let retry = next_batch(&st, 1024, false).expect("again");
         assert_eq!(retry.sent_before, 2);
@@ -632,8 +625,7 @@ fn after_dropping_entries_that_may_have_arrived_the_lane_goes_on_past_them() {
     r.push(&t, 7, set("d", "4"), LaneKind::Live);
     {
         let mut st = t.state.lock();
-        let b = next_batch(&st, 1024, false).expect("d");
-        st.sending(&b);
+        sent(&mut st);
         st.backlog.clear();
         st.acked = r.seq.load(Ordering::Acquire);
         st.dropped();
