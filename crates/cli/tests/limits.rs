@@ -1,6 +1,7 @@
 //! Limits and lifecycle of a running cell: the connection limit answers
-//! memcached's error, idle connections are closed, over-long lines are refused, SIGTERM
-//! stops the cell gracefully after answering what it received.
+//! memcached's error, idle connections are closed, a request left half-sent is closed after
+//! the request timeout (so slow clients cannot hold the connection slots), over-long lines
+//! are refused, SIGTERM stops the cell gracefully after answering what it received.
 
 mod common;
 
@@ -18,7 +19,7 @@ fn connections_past_the_limit_get_memcached_error() {
     }
     let server = Server::start(&["-c", "3", "-t", "1"]);
     // Hold connections until the limit is reached.
-    let mut held = Vec::new();
+    let mut held = vec![settled(&server)];
     let mut refused = None;
     for _ in 0..8 {
         let mut c = server.connect();
@@ -68,6 +69,111 @@ fn idle_connections_are_closed_after_the_timeout() {
     // An active client is not affected.
     let mut d = server.connect();
     d.roundtrip(b"get k\r\n", b"VALUE k 0 1\r\nv\r\nEND\r\n");
+}
+
+/// A connection that is the server's only one: the connections the harness opened to see
+/// the server ready are gone (the `threads` engine counts one until its thread noticed the
+/// close), so a test of the connection limit knows how many slots are taken.
+fn settled(server: &Server) -> common::Client {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut c = server.connect();
+    while c.stat("curr_connections") != "1" {
+        assert!(
+            Instant::now() < deadline,
+            "the harness's connections never closed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    c
+}
+
+/// The request timeout the next tests configure (`io.request_timeout_secs`).
+const REQUEST_TIMEOUT: (&str, &str) = ("CELLCACHE_IO__REQUEST_TIMEOUT_SECS", "1");
+
+/// What a connection that sent part of a request reads next: `None` once the cell closed
+/// it, else the bytes answered. Waits `wait` at most.
+fn closed_or_answered(c: &mut common::Client, wait: Duration) -> Option<Vec<u8>> {
+    c.stream.set_read_timeout(Some(wait)).unwrap();
+    let mut buf = [0u8; 256];
+    match c.stream.read(&mut buf) {
+        Ok(0) => None,
+        Ok(n) => Some(buf[..n].to_vec()),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => None,
+        Err(_) => Some(Vec::new()),
+    }
+}
+
+/// A client sends the start of a `set` and then one byte now and then (slowloris): the
+/// cell closes it once the request timeout passed, however it trickles, while a client that
+/// completes its requests is served all along.
+#[test]
+fn a_half_sent_request_is_closed_after_the_request_timeout() {
+    if is_memcached() {
+        println!("not run against memcached: it has no request timeout");
+        return;
+    }
+    let server = Server::start_with_env(&[], &[REQUEST_TIMEOUT]);
+    let mut slow = server.connect();
+    slow.send(b"set slow 0 0 1000\r\nabc");
+    let mut good = server.connect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        good.roundtrip(b"set good 0 0 1\r\nv\r\n", b"STORED\r\n");
+        match closed_or_answered(&mut slow, Duration::from_millis(200)) {
+            None => break,
+            Some(answer) if answer.is_empty() => {}
+            Some(answer) => panic!("answered: {:?}", String::from_utf8_lossy(&answer)),
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the half-sent request was never closed"
+        );
+        // One more byte of the value: arriving bytes do not restart the clock.
+        let _ = slow.stream.write_all(b"d");
+    }
+    good.roundtrip(b"get good\r\n", b"VALUE good 0 1\r\nv\r\nEND\r\n");
+    assert!(
+        good.stat_of("cellcache", "request_timeouts")
+            .parse::<u64>()
+            .unwrap()
+            >= 1
+    );
+}
+
+/// With `-c 3`, three clients holding half-sent requests take every slot: a fourth gets
+/// memcached's error, then gets in once the request timeout closed them.
+#[test]
+fn half_sent_requests_cannot_hold_every_connection_slot() {
+    if is_memcached() {
+        println!("not run against memcached: it has no request timeout");
+        return;
+    }
+    let server = Server::start_with_env(&["-c", "3", "-t", "1"], &[REQUEST_TIMEOUT]);
+    let mut held = vec![settled(&server), server.connect(), server.connect()];
+    for c in &mut held {
+        c.send(b"set held 0 0 1000\r\nabc");
+    }
+    // Accepted in order: the fourth finds every slot taken.
+    let mut refused = server.connect();
+    refused.send(b"version\r\n");
+    assert_eq!(refused.line(), "ERROR Too many open connections");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut c = server.connect();
+        c.send(b"version\r\n");
+        if c.line().starts_with("VERSION") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no slot was ever freed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for c in &mut held {
+        assert_eq!(
+            closed_or_answered(c, Duration::from_secs(10)),
+            None,
+            "a half-sent request was let stay"
+        );
+    }
 }
 
 #[test]

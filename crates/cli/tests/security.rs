@@ -2,10 +2,13 @@
 //! loopback: with a cluster secret, a peer that cannot prove it is closed before any of its
 //! frames is read, the client port speaks only memcached (the ring's commands are on the
 //! admin plane, which needs its token beyond loopback), a cell without the secret cannot
-//! join, and idle connections cannot hold the peer or admin port. Without
-//! a secret the same forged peer wipes a cell's data — the reason rings run with one.
+//! join, and idle connections cannot hold the peer or admin port. Without a secret the same
+//! forged peer wipes a cell's data — the reason rings run with one. What a peer that holds
+//! the secret (a member) can no longer do is in `security/member.rs`.
 
 mod common;
+#[path = "security/member.rs"]
+mod member;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -157,7 +160,11 @@ fn without_a_secret_a_forged_peer_is_served() {
     }
     let ring = Ring::start(2, &["-m", "32"]);
     // Every status says the ring is open.
-    assert!(ring.status(1)[0].ends_with(" PEERS open"), "{:?}", ring.status(1));
+    assert!(
+        ring.status(1)[0].ends_with(" PEERS open"),
+        "{:?}",
+        ring.status(1)
+    );
     let mut c = ring.cells[0].connect();
     write_keys(&mut c, 100);
     let (_, peer, ring_id) = addresses(&ring, 0);
@@ -190,7 +197,11 @@ fn the_client_port_speaks_only_memcached() {
         c.roundtrip(format!("{line}\r\n").as_bytes(), b"ERROR\r\n");
     }
     c.roundtrip(b"set after 0 0 1\r\nx\r\n", b"STORED\r\n");
-    assert!(ring.status(1)[0].ends_with(" PEERS secret"), "{:?}", ring.status(1));
+    assert!(
+        ring.status(1)[0].ends_with(" PEERS secret"),
+        "{:?}",
+        ring.status(1)
+    );
     let (_, peer, _) = addresses(&ring, 0);
     // A cell without the secret, or with another one, cannot join: it says why and exits.
     let other = secret_file("other");

@@ -38,7 +38,7 @@
 //! `proposal_retry_ms` while their condition holds; stale ones are refused by
 //! [`crate::change::apply`], so duplicates are harmless.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::change::{Change, Proposal};
 use crate::id::CellId;
@@ -97,7 +97,15 @@ pub struct Ring {
     /// cell that is really a partitioned zombie has stopped serving by then.
     acquired: Vec<(HashRange, u64)>,
     outputs: Vec<Output>,
+    /// The maps installed before `map`, oldest first, at most [`RECENT_MAPS_MAX`]: what a
+    /// message stamped with an older epoch is judged by ([`Ring::master_ranges`]).
+    recent: VecDeque<ClusterMap>,
 }
+
+/// How many replaced maps a [`Ring`] remembers. A replication stream is stamped with the
+/// epoch it was produced under, and the tail of a master that just lost a range arrives
+/// under an epoch or two before the installed one; a few more cover a burst of changes.
+pub const RECENT_MAPS_MAX: usize = 8;
 
 impl Ring {
     /// A ring for cell `me`, starting from `map` (which must contain `me`).
@@ -120,6 +128,7 @@ impl Ring {
             map_valid_until_ms: 0,
             acquired: Vec::new(),
             outputs: Vec::new(),
+            recent: VecDeque::new(),
         };
         ring.adopt(map, None, now_ms);
         ring
@@ -180,7 +189,43 @@ impl Ring {
             return;
         }
         let old = std::mem::replace(&mut self.map, map.clone());
+        if self.recent.len() == RECENT_MAPS_MAX {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(old.clone());
         self.adopt(map, Some(old), now_ms);
+    }
+
+    /// The ranges `cell` masters for a message stamped with map `epoch`: its range in the
+    /// installed map and, for an older epoch, in the maps this cell installed around it (the
+    /// last one at or before `epoch` and the first after it), as far as it remembers them.
+    /// Epochs this cell skipped (it installs the newest committed map, not every one) lie
+    /// between those two, so a cell that mastered a hash at `epoch` masters it in one of
+    /// them unless it gained and lost it within the skipped epochs. Empty for a cell that
+    /// masters nothing in any of them.
+    pub fn master_ranges(&self, cell: &CellId, epoch: u64) -> Vec<HashRange> {
+        let mut maps = vec![&self.map];
+        if epoch < self.map.epoch() {
+            let after = self.recent.iter().position(|m| m.epoch() > epoch);
+            let before = match after {
+                Some(0) => None,
+                Some(i) => Some(i - 1),
+                None => self.recent.len().checked_sub(1),
+            };
+            maps.extend(before.and_then(|i| self.recent.get(i)));
+            maps.extend(after.and_then(|i| self.recent.get(i)));
+        }
+        let mut ranges: Vec<HashRange> = Vec::new();
+        for m in maps {
+            let range = m
+                .cell(cell)
+                .filter(|c| c.state == CellState::Active)
+                .and_then(|c| c.range);
+            if let Some(r) = range.filter(|r| !ranges.contains(r)) {
+                ranges.push(r);
+            }
+        }
+        ranges
     }
 
     /// The consensus group answered the [`Output::ConfirmMap`] sent at `sent_at_ms`: `epoch`

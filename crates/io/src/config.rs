@@ -78,6 +78,10 @@ pub struct EngineConfig {
     pub output_buffer_high_bytes: usize,
     /// Close connections idle this long; 0 disables (memcached's default).
     pub idle_timeout_secs: u64,
+    /// Close a connection that holds part of a request this long without completing it (a
+    /// client sending a request byte by byte, or not reading its replies); 0 disables.
+    /// Idle connections (nothing pending) are `idle_timeout_secs`'s.
+    pub request_timeout_secs: u64,
     /// How long shutdown waits for in-flight output to drain before closing sockets.
     pub shutdown_grace_millis: u64,
     /// Set TCP_NODELAY on accepted sockets.
@@ -107,6 +111,7 @@ impl Default for EngineConfig {
             input_buffer_max_bytes: 2 * 1024 * 1024 + 64 * 1024,
             output_buffer_high_bytes: 4 * 1024 * 1024,
             idle_timeout_secs: 0,
+            request_timeout_secs: 30,
             shutdown_grace_millis: 2_000,
             tcp_nodelay: true,
             events_per_poll: 1024,
@@ -130,6 +135,11 @@ impl EngineConfig {
 
     pub fn idle_timeout(&self) -> Option<Duration> {
         (self.idle_timeout_secs > 0).then(|| Duration::from_secs(self.idle_timeout_secs))
+    }
+
+    /// [`EngineConfig::request_timeout_secs`], `None` when off.
+    pub fn request_timeout(&self) -> Option<Duration> {
+        (self.request_timeout_secs > 0).then(|| Duration::from_secs(self.request_timeout_secs))
     }
 
     pub fn shutdown_grace(&self) -> Duration {

@@ -18,6 +18,7 @@
 //! written with the next ones, once its input is drained or its output reaches the high-water
 //! mark (one send per batch, not one per yield).
 
+use crate::request::{Expiry, RequestClock};
 use crate::{
     Accepted, EngineConfig, EngineStats, IoError, Notify, Progress, RunningEngine, Service,
     Session, Shutdown, TOO_MANY_CONNECTIONS,
@@ -228,6 +229,8 @@ struct Conn<S> {
     eof: bool,
     closing: bool,
     last_active: Instant,
+    /// How long part of a request has been held (`request_timeout_secs`).
+    request: RequestClock,
 }
 
 enum Next {
@@ -323,6 +326,8 @@ impl<S: Session> Conn<S> {
         );
         debug_assert!(consumed <= self.input_end - self.input_start);
         self.input_start += consumed.min(self.input_end - self.input_start);
+        self.request
+            .offered(consumed, self.input_end - self.input_start);
         self.unprocessed = output_full || yielded;
         self.yielded = yielded;
         if close {
@@ -368,6 +373,7 @@ impl<S: Session> Conn<S> {
                     Ok(n) if n > 0 => {
                         self.unprocessed = true;
                         self.last_active = Instant::now();
+                        self.request.received(self.input_end - self.input_start);
                         progressed = true;
                     }
                     Ok(_) => progressed |= self.eof,
@@ -518,6 +524,7 @@ impl<S: Service> Worker<S> {
                 eof: false,
                 closing: false,
                 last_active: Instant::now(),
+                request: RequestClock::default(),
             });
             self.turn(key, false);
         }
@@ -572,19 +579,21 @@ impl<S: Service> Worker<S> {
     fn housekeeping(&mut self) {
         let keep = self.config.idle_buffer_keep_bytes;
         let idle_limit = self.config.idle_timeout();
+        let request_limit = self.config.request_timeout();
+        let now = Instant::now();
         let mut expired = Vec::new();
         for (key, conn) in self.conns.iter_mut() {
             conn.shrink_if_idle(keep);
-            if let Some(limit) = idle_limit {
+            if conn.request.expired(request_limit, now) {
+                expired.push((key, Expiry::Request));
+            } else if let Some(limit) = idle_limit {
                 if conn.last_active.elapsed() >= limit && conn.pending_output() == 0 {
-                    expired.push(key);
+                    expired.push((key, Expiry::Idle));
                 }
             }
         }
-        for key in expired {
-            self.stats
-                .idle_kicks
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        for (key, why) in expired {
+            why.count(&self.stats);
             self.close(key);
         }
     }

@@ -24,6 +24,10 @@
 //!   ready queue drained after each batch of completions, the ring not blocking while it
 //!   is non-empty; `threads`: at once, since the thread serves no one else). Output
 //!   produced before the yield is written meanwhile.
+//! - A connection that holds part of a request (input the session left unconsumed) for
+//!   [`EngineConfig::request_timeout_secs`] without the session consuming any of it is
+//!   closed (see `request`); one with nothing pending is closed only after
+//!   [`EngineConfig::idle_timeout_secs`]. Both are checked every few hundred milliseconds.
 //! - After [`Shutdown::trigger`] no new connection is accepted, input already received is
 //!   still offered to sessions and the replies written (for at most
 //!   [`EngineConfig::shutdown_grace_millis`]), then every connection is closed.
@@ -37,6 +41,7 @@
 
 mod config;
 pub mod epoll;
+mod request;
 mod stats;
 pub mod threads;
 #[allow(unsafe_code)]

@@ -14,6 +14,8 @@ pub struct EngineStats {
     pub bytes_read: AtomicU64,
     pub bytes_written: AtomicU64,
     pub idle_kicks: AtomicU64,
+    /// Connections closed for holding part of a request past `request_timeout_secs`.
+    pub request_timeouts: AtomicU64,
     pub input_overflows: AtomicU64,
 }
 
@@ -26,6 +28,7 @@ pub struct EngineStatsSnapshot {
     pub bytes_read: u64,
     pub bytes_written: u64,
     pub idle_kicks: u64,
+    pub request_timeouts: u64,
     pub input_overflows: u64,
 }
 
@@ -51,6 +54,7 @@ impl EngineStats {
         self.bytes_read.store(0, Relaxed);
         self.bytes_written.store(0, Relaxed);
         self.idle_kicks.store(0, Relaxed);
+        self.request_timeouts.store(0, Relaxed);
         self.input_overflows.store(0, Relaxed);
     }
 
@@ -66,6 +70,7 @@ impl EngineStats {
             bytes_read: self.bytes_read.load(Relaxed),
             bytes_written: self.bytes_written.load(Relaxed),
             idle_kicks: self.idle_kicks.load(Relaxed),
+            request_timeouts: self.request_timeouts.load(Relaxed),
             input_overflows: self.input_overflows.load(Relaxed),
         }
     }

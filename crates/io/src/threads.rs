@@ -8,7 +8,8 @@
 //! `read(2)` itself but in `poll(2)` on two descriptors — the socket and a per-connection
 //! eventfd — because a [`Notify`] from another thread (or shutdown) must be able to wake it;
 //! a thread stuck in `read` could only be woken by a signal. Nothing busy-waits: with
-//! nothing to do the thread is in `poll` with no timeout (or the idle timeout).
+//! nothing to do the thread is in `poll` with no timeout (or the idle timeout, or the
+//! request timeout while part of a request is held).
 //!
 //! Per request at pipeline depth 1 that is `poll`, `read`, `write`: one syscall more than
 //! a bare blocking server. When a read filled the whole chunk more input is probably
@@ -28,6 +29,7 @@
 //! Lock order: the shutdown waker registry, then `live` (the shutdown hook kicks every live
 //! connection while holding both); connection threads and the acceptor take only `live`.
 
+use crate::request::{Expiry, RequestClock};
 use crate::{
     EngineConfig, EngineStats, IoEngineKind, IoError, Notify, Progress, RunningEngine, Service,
     Session, Shutdown, TOO_MANY_CONNECTIONS,
@@ -241,6 +243,7 @@ impl<S: Service> Acceptor<S> {
             eof: false,
             closing: false,
             last_read_filled: false,
+            request: RequestClock::default(),
             config: self.config.clone(),
             stats: self.stats.clone(),
             shutdown: self.shutdown.clone(),
@@ -284,6 +287,8 @@ struct Conn<S> {
     closing: bool,
     /// The last read filled its whole chunk: more is probably waiting, skip the `poll`.
     last_read_filled: bool,
+    /// How long part of a request has been held (`request_timeout_secs`).
+    request: RequestClock,
     config: EngineConfig,
     stats: Arc<EngineStats>,
     shutdown: Shutdown,
@@ -293,7 +298,8 @@ struct Conn<S> {
 enum Woken {
     Readable,
     Signalled,
-    IdleTimeout,
+    /// Closed by a timeout, counted as this.
+    Expired(Expiry),
 }
 
 impl<S: Session> Conn<S> {
@@ -327,6 +333,8 @@ impl<S: Session> Conn<S> {
                     budget,
                 );
                 self.input_start += consumed.min(self.input.len() - self.input_start);
+                self.request
+                    .offered(consumed, self.input.len() - self.input_start);
                 // A yield needs no turn-taking here (this thread serves no other
                 // connection): like a full output, write what was produced and go on.
                 self.unprocessed = output_full || yielded;
@@ -345,8 +353,8 @@ impl<S: Session> Conn<S> {
             match self.wait_readable()? {
                 Woken::Readable => self.read_chunk()?,
                 Woken::Signalled => {}
-                Woken::IdleTimeout => {
-                    self.stats.idle_kicks.fetch_add(1, Ordering::Relaxed);
+                Woken::Expired(why) => {
+                    why.count(&self.stats);
                     return Ok(());
                 }
             }
@@ -361,16 +369,27 @@ impl<S: Session> Conn<S> {
         }
         self.shrink_if_idle();
         let idle_limit = self.config.idle_timeout();
+        let request_deadline = self.request.deadline(self.config.request_timeout());
         let since = Instant::now();
         loop {
-            let timeout = idle_limit.map(|limit| timespec(limit.saturating_sub(since.elapsed())));
+            let now = Instant::now();
+            if request_deadline.is_some_and(|d| now >= d) {
+                return Ok(Woken::Expired(Expiry::Request));
+            }
+            let idle_left = idle_limit.map(|limit| limit.saturating_sub(since.elapsed()));
+            let request_left = request_deadline.map(|d| d.saturating_duration_since(now));
+            let timeout = match (idle_left, request_left) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
+            .map(timespec);
             let mut fds = [
                 PollFd::new(&self.stream, PollFlags::IN),
                 PollFd::new(&self.signal.fd, PollFlags::IN),
             ];
             match poll(&mut fds, timeout.as_ref()) {
                 Ok(0) if idle_limit.is_some_and(|limit| since.elapsed() >= limit) => {
-                    return Ok(Woken::IdleTimeout);
+                    return Ok(Woken::Expired(Expiry::Idle));
                 }
                 Ok(0) | Err(rustix::io::Errno::INTR) => continue,
                 Ok(_) => {}
@@ -419,6 +438,7 @@ impl<S: Session> Conn<S> {
         self.last_read_filled = n == chunk;
         if n > 0 {
             self.unprocessed = true;
+            self.request.received(self.input.len() - self.input_start);
             self.stats.bytes_read.fetch_add(n as u64, Ordering::Relaxed);
         }
         if self.eof {
@@ -433,9 +453,11 @@ impl<S: Session> Conn<S> {
     }
 
     /// Writes all pending output, sleeping in `poll(POLLOUT)` while the socket buffer is
-    /// full. Once shutdown is triggered it gives up after the grace period.
+    /// full. Once shutdown is triggered it gives up after the grace period; while part of a
+    /// request is held, at the request timeout (the client does not read its replies).
     fn write_all_output(&mut self, stopping: bool) -> io::Result<()> {
         let mut written = 0;
+        let request_deadline = self.request.deadline(self.config.request_timeout());
         let mut deadline = stopping.then(|| Instant::now() + self.config.shutdown_grace());
         let result = loop {
             if written == self.output.len() {
@@ -454,8 +476,18 @@ impl<S: Session> Conn<S> {
                     if deadline.is_none() && self.shutdown.is_triggered() {
                         deadline = Some(Instant::now() + self.config.shutdown_grace());
                     }
+                    if request_deadline.is_some_and(|d| Instant::now() >= d) {
+                        Expiry::Request.count(&self.stats);
+                        break Err(io::Error::other(
+                            "request timeout expired with output pending",
+                        ));
+                    }
+                    let wake = match (deadline, request_deadline) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
                     let timeout =
-                        deadline.map(|d| timespec(d.saturating_duration_since(Instant::now())));
+                        wake.map(|d| timespec(d.saturating_duration_since(Instant::now())));
                     if deadline.is_some_and(|d| Instant::now() >= d) {
                         break Err(io::Error::other(
                             "shutdown grace expired with output pending",

@@ -320,7 +320,14 @@ fn general(cell: &Cell, now: u32, out: &mut Vec<u8>) {
 fn own(cell: &Cell, out: &mut Vec<u8>) {
     let c = cell.counters.snapshot();
     let s = cell.store.stats();
+    let e = cell
+        .engine_stats
+        .get()
+        .map(|e| e.snapshot())
+        .unwrap_or_default();
     stat(out, "protocol_errors", c.protocol_errors);
+    // Connections closed for holding part of a request past `io.request_timeout_secs`.
+    stat(out, "request_timeouts", e.request_timeouts);
     stat(out, "slabs_evicted", s.evicted_slabs);
     stat(out, "dead_bytes", s.dead_bytes);
     stat(out, "compactions", s.compactions);

@@ -105,11 +105,13 @@ fn every_mutation_replicates_with_its_cas() {
 
 /// Frames a deposed master would send, written by hand: a cell refuses replication
 /// produced under an older map for a key it now serves as master (the sender was deposed,
-/// it gets no acknowledgement and cannot clobber the key), and accepts the same record
-/// stamped with the current epoch.
+/// it gets no acknowledgement and cannot clobber the key), and accepts records stamped with
+/// the current epoch for keys the sender masters now, at the next positions of its lane.
 #[test]
 fn a_deposed_master_gets_no_acknowledgement() {
-    use cellcache_cluster::wire::payload::{Hello, ReplicationOp, ReplicationRecord, encode_hello};
+    use cellcache_cluster::wire::payload::{
+        Hello, RangeSeq, ReplicationOp, ReplicationRecord, encode_hello,
+    };
     use cellcache_cluster::wire::{self, Decoded, FrameKind, WireConfig};
     use cellcache_cluster::{CellId, HashRange};
     if common::is_memcached() {
@@ -137,10 +139,15 @@ fn a_deposed_master_gets_no_acknowledgement() {
         u64::from_str_radix(end, 16).unwrap(),
     );
     let mastered = HashRange::new(start, end);
-    // A key cell 1 (index 1) masters, written once through the ring.
+    // A key cell 1 (index 1) masters, written once through the ring; and one cell 0
+    // masters (cell 1 holds its backup copy).
     let key = (0..)
         .map(|i| format!("fenced{i}"))
         .find(|k| mastered.contains(cellcache_cluster::key_hash(k.as_bytes())))
+        .unwrap();
+    let theirs = (0..)
+        .map(|i| format!("backed{i}"))
+        .find(|k| !mastered.contains(cellcache_cluster::key_hash(k.as_bytes())))
         .unwrap();
     let mut c = ring.cells[1].connect();
     c.roundtrip(
@@ -161,7 +168,7 @@ fn a_deposed_master_gets_no_acknowledgement() {
     // Pretends to be the other cell, once at an old epoch, then at the current one.
     wire::encode(&cfg, FrameKind::Hello, epoch, 0, &hello, &mut out).unwrap();
     s.write_all(&out).unwrap();
-    let record = |seq: u64, v: &[u8]| {
+    let record = |key: &str, seq: u64, v: &[u8]| {
         let mut b = Vec::new();
         ReplicationRecord {
             range: HashRange::FULL,
@@ -179,26 +186,17 @@ fn a_deposed_master_gets_no_acknowledgement() {
         .unwrap();
         b
     };
-    let seq = 1 << 50;
-    // One replication frame of one record, written to `s`.
-    let replicate = |s: &mut std::net::TcpStream, epoch: u64, id: u64, seq: u64, v: &[u8]| {
+    // One replication frame (of `payload`), written to `s`.
+    let replicate = |s: &mut std::net::TcpStream, epoch: u64, id: u64, payload: &[u8]| {
         let mut out = Vec::new();
-        wire::encode(
-            &cfg,
-            FrameKind::Replicate,
-            epoch,
-            id,
-            &record(seq, v),
-            &mut out,
-        )
-        .unwrap();
+        wire::encode(&cfg, FrameKind::Replicate, epoch, id, payload, &mut out).unwrap();
         s.write_all(&out).unwrap();
     };
-    replicate(&mut s, epoch - 1, 7, seq, b"old");
-    // The next reply frame on a connection: (kind, request id).
+    replicate(&mut s, epoch - 1, 7, &record(&key, 1, b"old"));
+    // The next reply frame on a connection: (kind, request id, payload).
     let next_frame = |s: &mut std::net::TcpStream, buf: &mut Vec<u8>| loop {
         if let Ok(Decoded::Complete { frame, consumed }) = wire::decode(&cfg, buf) {
-            let r = (frame.kind, frame.request_id);
+            let r = (frame.kind, frame.request_id, frame.payload.to_vec());
             buf.drain(..consumed);
             return r;
         }
@@ -209,19 +207,25 @@ fn a_deposed_master_gets_no_acknowledgement() {
     };
     let mut buf = Vec::new();
     let mut next_reply = |s: &mut std::net::TcpStream| next_frame(s, &mut buf);
+    let kind_id = |(kind, id, _): (FrameKind, u64, Vec<u8>)| (kind, id);
     assert_eq!(
-        next_reply(&mut s),
+        kind_id(next_reply(&mut s)),
         (FrameKind::Refused, 7),
         "stale epoch refused"
     );
     assert_eq!(peek(&mut c, &key).map(|p| p.0), Some("live".to_string()));
-    replicate(&mut s, epoch, 8, seq + 1, b"new");
+    // Where cell 0's lane to cell 1 stands: an empty frame is answered with it.
+    replicate(&mut s, epoch, 8, &[]);
+    let (kind, _, ack) = next_reply(&mut s);
+    assert_eq!(kind, FrameKind::ReplicateAck);
+    let seq = RangeSeq::decode(&ack).unwrap().seq + 1;
+    replicate(&mut s, epoch, 9, &record(&theirs, seq, b"new"));
     assert_eq!(
-        next_reply(&mut s),
-        (FrameKind::ReplicateAck, 8),
+        kind_id(next_reply(&mut s)),
+        (FrameKind::ReplicateAck, 9),
         "current epoch acknowledged"
     );
-    assert_eq!(peek(&mut c, &key).map(|p| p.0), Some("new".to_string()));
+    assert_eq!(peek(&mut c, &theirs).map(|p| p.0), Some("new".to_string()));
 
     // The same sender opens a new connection (as its bulk link does after giving the old
     // one up) and replicates through it: records still arriving on the old connection are
@@ -233,19 +237,22 @@ fn a_deposed_master_gets_no_acknowledgement() {
         .unwrap();
     out.clear();
     wire::encode(&cfg, FrameKind::Hello, epoch, 0, &hello, &mut out).unwrap();
-    wire::encode(&cfg, FrameKind::MapRequest, epoch, 9, &[], &mut out).unwrap();
+    wire::encode(&cfg, FrameKind::MapRequest, epoch, 10, &[], &mut out).unwrap();
     s2.write_all(&out).unwrap();
     let mut buf2 = Vec::new();
-    let mut next_reply2 = |s: &mut std::net::TcpStream| next_frame(s, &mut buf2);
-    assert_eq!(next_reply2(&mut s2), (FrameKind::MapUpdate, 9));
+    let mut next_reply2 = |s: &mut std::net::TcpStream| kind_id(next_frame(s, &mut buf2));
+    assert_eq!(next_reply2(&mut s2), (FrameKind::MapUpdate, 10));
     // Not superseded yet: the old connection still replicates.
-    replicate(&mut s, epoch, 10, seq + 2, b"still");
-    assert_eq!(next_reply(&mut s), (FrameKind::ReplicateAck, 10));
-    assert_eq!(peek(&mut c, &key).map(|p| p.0), Some("still".to_string()));
-    replicate(&mut s2, epoch, 11, seq + 3, b"next");
-    assert_eq!(next_reply2(&mut s2), (FrameKind::ReplicateAck, 11));
-    assert_eq!(peek(&mut c, &key).map(|p| p.0), Some("next".to_string()));
-    replicate(&mut s, epoch, 12, seq + 4, b"late");
+    replicate(&mut s, epoch, 11, &record(&theirs, seq + 1, b"still"));
+    assert_eq!(kind_id(next_reply(&mut s)), (FrameKind::ReplicateAck, 11));
+    assert_eq!(
+        peek(&mut c, &theirs).map(|p| p.0),
+        Some("still".to_string())
+    );
+    replicate(&mut s2, epoch, 12, &record(&theirs, seq + 2, b"next"));
+    assert_eq!(next_reply2(&mut s2), (FrameKind::ReplicateAck, 12));
+    assert_eq!(peek(&mut c, &theirs).map(|p| p.0), Some("next".to_string()));
+    replicate(&mut s, epoch, 13, &record(&theirs, seq + 3, b"late"));
     let mut rest = Vec::new();
     let closed = s.read_to_end(&mut rest).is_ok();
     assert!(
@@ -259,7 +266,7 @@ fn a_deposed_master_gets_no_acknowledgement() {
         )),
         "no acknowledgement on the superseded connection"
     );
-    assert_eq!(peek(&mut c, &key).map(|p| p.0), Some("next".to_string()));
+    assert_eq!(peek(&mut c, &theirs).map(|p| p.0), Some("next".to_string()));
 }
 
 /// With the backup killed, a write the master may still serve (its lease from the backup

@@ -1,13 +1,13 @@
 //! Fuzz target: the inter-cell wire. Decoding never panics; `consumed` is within the input;
 //! every complete frame re-encodes to exactly the bytes it came from; every replication
 //! record decoded re-encodes to exactly its bytes (the layout is canonical); the other
-//! payload decoders (acks, hello, ring messages, maps, the handshake's messages and a secret
-//! file's text) take any bytes without panicking; `frame_bytes` (how the handshake reads a
+//! payload decoders (acks, sequence-gap refusals, hello, ring messages, maps, the
+//! handshake's messages and a secret file's text) take any bytes without panicking; `frame_bytes` (how the handshake reads a
 //! frame exactly) agrees with the decoder on every complete frame's length.
 #![no_main]
 
 use cellcache_cluster::auth::{self, Secret};
-use cellcache_cluster::wire::payload::{RangeSeq, ReplicationRecord, decode_hello};
+use cellcache_cluster::wire::payload::{RangeSeq, ReplicationRecord, SequenceGap, decode_hello};
 use cellcache_cluster::wire::{self, Decoded, WireConfig};
 use cellcache_cluster::{ClusterMap, RingMessage};
 use libfuzzer_sys::fuzz_target;
@@ -31,6 +31,9 @@ fn payloads(p: &[u8]) {
         let _ = r;
     }
     let _ = RangeSeq::decode(p);
+    if let Some(gap) = SequenceGap::decode(p) {
+        assert_eq!(SequenceGap::decode(&gap.encode()), Some(gap));
+    }
     let _ = decode_hello(p);
     let _ = RingMessage::decode(p);
     let _ = ClusterMap::decode(p, PAYLOAD_MAX as usize);

@@ -15,20 +15,24 @@ fn id(s: &str) -> CellId {
     s.parse().unwrap()
 }
 
-/// Bootstrap 1, divide into 1 and 2 (r = 2): each backs up the other.
-fn two_cells() -> ClusterMap {
-    let m = ClusterMap::bootstrap(id("1"), addr(0), 2).unwrap();
-    let m = apply(
-        &m,
+/// `m` with cell 1 dividing: the child joins at `addr(1)`.
+fn one_divides(m: &ClusterMap) -> ClusterMap {
+    apply(
+        m,
         &Proposal {
-            based_on_epoch: 1,
+            based_on_epoch: m.epoch(),
             change: Change::BeginDivision {
                 parent: id("1"),
                 child_address: addr(1),
             },
         },
     )
-    .unwrap();
+    .unwrap()
+}
+
+/// Bootstrap 1, divide into 1 and 2 (r = 2): each backs up the other.
+fn two_cells() -> ClusterMap {
+    let m = one_divides(&ClusterMap::bootstrap(id("1"), addr(0), 2).unwrap());
     apply(
         &m,
         &Proposal {
@@ -541,4 +545,76 @@ fn partitioned_zombie_pair_never_overlaps_the_new_owner() {
         "the zombie served while its map lease lasted (the test is live)"
     );
     assert!(owner_served, "the new owner took over in the end");
+}
+
+/// What a sender masters is judged by the installed map and, for a message stamped with an
+/// older epoch, by the maps installed around that epoch; a skipped epoch falls between them.
+#[test]
+fn master_ranges_cover_the_installed_map_and_the_epochs_around_an_older_stamp() {
+    let cfg = RingConfig::default();
+    let one = ClusterMap::bootstrap(id("1"), addr(0), 2).unwrap();
+    let dividing = one_divides(&one);
+    let divided = two_cells();
+    let half = |c: &str| divided.cell(&id(c)).unwrap().range.unwrap();
+    let mut a = Ring::new(id("1"), one, cfg, 0);
+    a.install_map(dividing, 1);
+    a.install_map(divided.clone(), 2);
+    assert_eq!(a.master_ranges(&id("1"), 3), [half("1")]);
+    assert_eq!(a.master_ranges(&id("2"), 3), [half("2")]);
+    // Stamped before the division completed: cell 1 still mastered the whole ring then.
+    assert_eq!(a.master_ranges(&id("1"), 2), [half("1"), HashRange::FULL]);
+    assert_eq!(a.master_ranges(&id("2"), 1), [half("2")]);
+    assert!(a.master_ranges(&id("9"), 3).is_empty(), "not in any map");
+    // Epoch 2 skipped: it lies between the maps installed before and after it.
+    let mut b = Ring::new(
+        id("1"),
+        ClusterMap::bootstrap(id("1"), addr(0), 2).unwrap(),
+        cfg,
+        0,
+    );
+    b.install_map(divided.clone(), 2);
+    assert_eq!(b.master_ranges(&id("1"), 2), [half("1"), HashRange::FULL]);
+}
+
+/// A ring remembers a bounded number of replaced maps.
+#[test]
+fn a_ring_remembers_a_bounded_number_of_maps() {
+    let cfg = RingConfig::default();
+    let mut map = two_cells();
+    let mut a = Ring::new(id("1"), map.clone(), cfg, 0);
+    for _ in 0..RECENT_MAPS_MAX {
+        let change = match map.migrations().first() {
+            Some(Migration::Division { child, .. }) => Change::AbortDivision {
+                child: child.clone(),
+            },
+            _ => Change::BeginDivision {
+                parent: id("2"),
+                child_address: addr(9),
+            },
+        };
+        let proposal = Proposal {
+            based_on_epoch: map.epoch(),
+            change,
+        };
+        map = apply(&map, &proposal).unwrap();
+        a.install_map(map.clone(), 0);
+    }
+    assert_eq!(a.recent.len(), RECENT_MAPS_MAX);
+    let first = a.recent.front().unwrap().epoch();
+    a.install_map(
+        apply(
+            &map,
+            &Proposal {
+                based_on_epoch: map.epoch(),
+                change: Change::BeginDivision {
+                    parent: id("2"),
+                    child_address: addr(8),
+                },
+            },
+        )
+        .unwrap_or(map),
+        0,
+    );
+    assert_eq!(a.recent.len(), RECENT_MAPS_MAX, "the oldest is forgotten");
+    assert!(a.recent.front().unwrap().epoch() > first);
 }

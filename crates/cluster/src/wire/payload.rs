@@ -1,9 +1,9 @@
 //! Payload layouts of the frames that carry data rather than control messages.
 //!
 //! Replication and range hand-off both move *full item state*, never commands, so applying a
-//! record is idempotent and order is decided by a per-range sequence number alone: a backup
-//! applies record `seq` of a range only after `seq - 1` (the node enforces this; the codec just
-//! carries the numbers). All integers are little-endian; every length is bounded and checked
+//! record is idempotent and order is decided by a sequence number alone: a backup applies
+//! record `seq` of a master's lane only right after `seq - 1` and refuses a frame that jumps
+//! ([`SequenceGap`]; the node enforces this, the codec just carries the numbers). All integers are little-endian; every length is bounded and checked
 //! against the remaining bytes, so decoding never panics and never over-reads.
 //!
 //! ```text
@@ -18,6 +18,7 @@
 //!
 //! `stale` is 1 for an item marked stale by a meta invalidation (`md … I`), else 0.
 //! ack / snapshot-done := range.start:u64 range.end:u64 seq:u64
+//! sequence gap        := "sequence gap: expected " decimal      (a `Refused` payload)
 //! ```
 
 use crate::id::CellId;
@@ -89,7 +90,7 @@ impl<'a> ReplicationOp<'a> {
 pub struct ReplicationRecord<'a> {
     /// The master range whose stream this is.
     pub range: HashRange,
-    /// Position in that range's stream; consecutive, starting after the snapshot's.
+    /// Position in its sender's lane (live or snapshot) to this receiver: consecutive.
     pub seq: u64,
     /// What changed.
     pub op: ReplicationOp<'a>,
@@ -100,8 +101,8 @@ pub struct ReplicationRecord<'a> {
 pub struct RangeSeq {
     /// The range of the stream.
     pub range: HashRange,
-    /// Highest sequence applied (ack) or the sequence live replication continues after
-    /// (snapshot done).
+    /// The last position the backup applied in the lane (ack), or the marker's own
+    /// position in the snapshot lane (snapshot done).
     pub seq: u64,
 }
 
@@ -452,6 +453,37 @@ impl RangeSeq {
             return Err(WireError::Payload("trailing bytes"));
         }
         Ok(v)
+    }
+}
+
+/// A backup's refusal of a replication frame that does not continue its lane: the records'
+/// positions jump past (or skip within) what it applied. It carries the position the
+/// receiver expects next, so the master renumbers what it has not had acknowledged from
+/// there and re-sends the range; as text, so that logs printing a refusal read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SequenceGap {
+    /// The position the receiver accepts next (its last applied one, plus one).
+    pub expected: u64,
+}
+
+/// What a sequence-gap refusal starts with.
+const SEQUENCE_GAP_PREFIX: &str = "sequence gap: expected ";
+
+impl SequenceGap {
+    /// The `Refused` payload.
+    pub fn encode(&self) -> Vec<u8> {
+        format!("{SEQUENCE_GAP_PREFIX}{}", self.expected).into_bytes()
+    }
+
+    /// A `Refused` payload that is a sequence gap, or `None` (any other refusal).
+    pub fn decode(buf: &[u8]) -> Option<SequenceGap> {
+        let text = std::str::from_utf8(buf).ok()?;
+        let digits = text.strip_prefix(SEQUENCE_GAP_PREFIX)?;
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let expected = digits.parse().ok()?;
+        Some(SequenceGap { expected })
     }
 }
 

@@ -2,6 +2,7 @@
 //! flight, and what its session may do next (receive, handle, yield, close).
 
 use super::*;
+use crate::request::{Expiry, RequestClock};
 
 /// One connection as a worker sees it. Freed only when `closed` and no operation of it is
 /// in flight (`recv_armed`, `send_inflight` both false).
@@ -35,9 +36,54 @@ pub(super) struct Conn<S> {
     /// `on_close` ran; waiting for in-flight operations before freeing the slot.
     pub(super) closed: bool,
     pub(super) last_active: Instant,
+    /// How long part of a request has been held (`request_timeout_secs`).
+    pub(super) request: RequestClock,
 }
 
 impl<S: Session> Conn<S> {
+    /// A connection just accepted, nothing in flight.
+    pub(super) fn new(stream: TcpStream, session: S, generation: u32) -> Conn<S> {
+        Conn {
+            stream,
+            session,
+            generation,
+            input: Vec::new(),
+            input_start: 0,
+            output: Vec::new(),
+            sending: Vec::new(),
+            sent: 0,
+            recv_armed: false,
+            recv_cancelled: false,
+            send_inflight: false,
+            send_cancelled: false,
+            unprocessed: false,
+            yielded: false,
+            eof: false,
+            closing: false,
+            dead: false,
+            closed: false,
+            last_active: Instant::now(),
+            request: RequestClock::default(),
+        }
+    }
+
+    /// Why housekeeping closes the connection now, if it does: part of a request held past
+    /// `request_timeout_secs`, or idle (nothing pending, nothing to send) past
+    /// `idle_timeout_secs`.
+    pub(super) fn expired(&self, config: &EngineConfig, now: Instant) -> Option<Expiry> {
+        if self.closed {
+            return None;
+        }
+        if self.request.expired(config.request_timeout(), now) {
+            return Some(Expiry::Request);
+        }
+        let idle = config.idle_timeout().is_some_and(|limit| {
+            now.saturating_duration_since(self.last_active) >= limit
+                && self.pending_output() == 0
+                && !self.send_inflight
+        });
+        idle.then_some(Expiry::Idle)
+    }
     pub(super) fn pending_output(&self) -> usize {
         self.sending.len() - self.sent + self.output.len()
     }
@@ -69,10 +115,12 @@ impl<S: Session> Conn<S> {
                     .on_input(data, &mut self.output, config.output_buffer_high_bytes);
             let consumed = self.apply(progress, data.len());
             self.input.extend_from_slice(&data[consumed..]);
+            self.request.offered(consumed, data.len() - consumed);
             self.yielded
         } else {
             self.input.extend_from_slice(data);
             self.unprocessed = true;
+            self.request.received(self.input.len() - self.input_start);
             false
         }
     }
@@ -94,7 +142,10 @@ impl<S: Session> Conn<S> {
             &mut self.output,
             config.output_buffer_high_bytes,
         );
-        self.input_start += self.apply(progress, offered);
+        let consumed = self.apply(progress, offered);
+        self.input_start += consumed;
+        self.request
+            .offered(consumed, self.input.len() - self.input_start);
         if self.input_start == self.input.len() {
             self.input.clear();
             self.input_start = 0;

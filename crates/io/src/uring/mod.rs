@@ -647,27 +647,8 @@ impl<S: Service> Worker<S> {
                     }
                 })
             };
-            self.conns.insert(Conn {
-                session: self.service.open(accepted, notify),
-                stream,
-                generation,
-                input: Vec::new(),
-                input_start: 0,
-                output: Vec::new(),
-                sending: Vec::new(),
-                sent: 0,
-                recv_armed: false,
-                recv_cancelled: false,
-                send_inflight: false,
-                send_cancelled: false,
-                unprocessed: false,
-                yielded: false,
-                eof: false,
-                closing: false,
-                dead: false,
-                closed: false,
-                last_active: Instant::now(),
-            });
+            let session = self.service.open(accepted, notify);
+            self.conns.insert(Conn::new(stream, session, generation));
             self.advance(key)?;
         }
         Ok(())
@@ -715,23 +696,17 @@ impl<S: Service> Worker<S> {
 
     fn housekeeping(&mut self) -> io::Result<()> {
         let keep = self.config.idle_buffer_keep_bytes;
-        let idle_limit = self.config.idle_timeout();
+        let now = Instant::now();
         let mut expired = Vec::new();
         for (key, conn) in self.conns.iter_mut() {
             conn.shrink_if_idle(keep);
-            if let Some(limit) = idle_limit {
-                if !conn.closed
-                    && conn.last_active.elapsed() >= limit
-                    && conn.pending_output() == 0
-                    && !conn.send_inflight
-                {
-                    conn.dead = true;
-                    expired.push(key);
-                }
+            if let Some(why) = conn.expired(&self.config, now) {
+                conn.dead = true;
+                expired.push((key, why));
             }
         }
-        for key in expired {
-            self.stats.idle_kicks.fetch_add(1, Ordering::Relaxed);
+        for (key, why) in expired {
+            why.count(&self.stats);
             self.advance(key)?;
         }
         Ok(())

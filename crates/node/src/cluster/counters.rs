@@ -16,6 +16,16 @@ pub(super) struct ClusterStats {
     pub(super) refused: AtomicU64,
     pub(super) unavailable: AtomicU64,
     pub(super) replicate_refused: AtomicU64,
+    /// Replication frames refused because their records did not continue the sender's
+    /// lane (a jump or a hole in the positions): the sender is asked to resynchronise.
+    pub(super) replicate_gaps: AtomicU64,
+    /// Replicated records (and flushes, and snapshot ends) dropped because their sender
+    /// does not master their key (range) in this cell's maps.
+    pub(super) replicate_unentitled: AtomicU64,
+    /// Forwarded requests refused because their sender is not a cell of this cell's map.
+    pub(super) forward_not_member: AtomicU64,
+    /// Maps a peer pushed (`MapUpdate` frames): never installed, only a hint to catch up.
+    pub(super) map_pushes_ignored: AtomicU64,
     pub(super) maps_installed: AtomicU64,
     /// Crash suspicions this cell, as the consensus leader, refused because the suspect
     /// answered its probe ([`super::group::vet`]).
@@ -50,6 +60,10 @@ pub struct ClusterCounters {
     pub refused: u64,
     pub unavailable: u64,
     pub replicate_refused: u64,
+    pub replicate_gaps: u64,
+    pub replicate_unentitled: u64,
+    pub forward_not_member: u64,
+    pub map_pushes_ignored: u64,
     pub maps_installed: u64,
     pub suspicions_refuted: u64,
     pub values_rebuilt: u64,
@@ -76,6 +90,10 @@ impl Cluster {
             refused: get(&s.refused),
             unavailable: get(&s.unavailable),
             replicate_refused: get(&s.replicate_refused),
+            replicate_gaps: get(&s.replicate_gaps),
+            replicate_unentitled: get(&s.replicate_unentitled),
+            forward_not_member: get(&s.forward_not_member),
+            map_pushes_ignored: get(&s.map_pushes_ignored),
             maps_installed: get(&s.maps_installed),
             suspicions_refuted: get(&s.suspicions_refuted),
             values_rebuilt: get(&s.values_rebuilt),
@@ -100,11 +118,15 @@ impl crate::cell::RingFigures for Cluster {
         stat(out, "cluster_cell", &self.me);
         stat(out, "cluster_epoch", self.epoch());
         stat(out, "cluster_maps_installed", c.maps_installed);
+        stat(out, "cluster_map_pushes_ignored", c.map_pushes_ignored);
         stat(out, "cluster_forwarded", c.forwarded);
         stat(out, "cluster_suspicions_refuted", c.suspicions_refuted);
         stat(out, "cluster_forward_refused", c.refused);
+        stat(out, "cluster_forward_not_member", c.forward_not_member);
         stat(out, "cluster_unavailable", c.unavailable);
         stat(out, "cluster_replicate_refused", c.replicate_refused);
+        stat(out, "cluster_replicate_gaps", c.replicate_gaps);
+        stat(out, "cluster_replicate_unentitled", c.replicate_unentitled);
         stat(out, "cluster_handoff_streams", c.handoff_streams);
         stat(out, "cluster_resync_streams", c.resync_streams);
         stat(out, "cluster_values_rebuilt", c.values_rebuilt);

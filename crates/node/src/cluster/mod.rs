@@ -10,6 +10,7 @@
 //! request path ([`route`]) reads the ring under a short lock to decide where a request
 //! runs, and hands forwarded work to the runtime without ever blocking an engine worker.
 
+mod catchup;
 mod counters;
 pub mod ext;
 pub mod flush;
@@ -22,6 +23,7 @@ pub mod link;
 pub use link::Channel;
 mod membership;
 pub mod order;
+mod receive;
 pub mod repl;
 pub mod restart;
 pub mod route;
@@ -111,9 +113,9 @@ pub struct Cluster {
     repl: Arc<Replicator>,
     raft: OnceLock<RaftGroup>,
     stats: ClusterStats,
-    /// Replication receiver: highest sequence applied per sending master, per lane. Lock
+    /// Replication receiver: last position applied per sending master, per lane. Lock
     /// order: first of all, see [`Cluster`].
-    applied: Mutex<HashMap<CellId, server::Applied>>,
+    applied: Mutex<HashMap<CellId, receive::Applied>>,
     /// Outbound links by peer and [`Channel`]. Lock order: a leaf lock, see [`Cluster`].
     links: Mutex<HashMap<(CellId, Channel), Arc<Link>>>,
     /// Consensus node ids to cells. Lock order: a leaf lock, see [`Cluster`].
@@ -122,6 +124,10 @@ pub struct Cluster {
     /// [`Cluster`].
     streams: Mutex<BTreeSet<(CellId, (u64, u64))>>,
     reconciling: AtomicBool,
+    /// A catch-up with the voters' maps runs (see [`catchup`]).
+    catching_up: AtomicBool,
+    /// When the last catch-up started ([`Cluster::now_ms`]; 0: never).
+    catch_up_at: AtomicU64,
     /// This cell is leaving the ring: it stops the process once removed from the map.
     leaving: AtomicBool,
     /// Delayed `flush_all`s this cell must keep or may have to (see [`flush`]). Lock order:
@@ -286,6 +292,8 @@ impl Cluster {
             raft_ids: Mutex::new(HashMap::new()),
             streams: Mutex::new(BTreeSet::new()),
             reconciling: AtomicBool::new(false),
+            catching_up: AtomicBool::new(false),
+            catch_up_at: AtomicU64::new(0),
             leaving: AtomicBool::new(false),
             flushes: Mutex::new(flush::PendingFlushes::default()),
             membership: Mutex::new(None),
@@ -422,11 +430,16 @@ impl Cluster {
     /// The ring takes it and the epoch is stored under one hold of the ring lock, then the
     /// outputs run (a trim among them), so whoever sees a data range dropped by the new map
     /// also sees its epoch (see `route::after`).
-    pub fn install_map(self: &Arc<Self>, map: ClusterMap) {
+    ///
+    /// Callers hand it only maps consensus committed: this cell's replica's
+    /// (`RaftGroup::current_map`, in [`Cluster::drive`]), the leader's answer to this cell's
+    /// own proposal ([`group::propose`]), or one a majority of the voters reported
+    /// ([`catchup`]). A map one peer sends is never passed here.
+    fn install_map(self: &Arc<Self>, map: ClusterMap) {
         let now = self.now_ms();
         let outputs = {
             let mut ring = self.lock_ring();
-            if map.epoch() <= ring.map().epoch() {
+            if map.epoch() <= ring.map().epoch() || map.ring() != self.ring_id {
                 return;
             }
             ring.install_map(map.clone(), now);
@@ -496,10 +509,10 @@ impl Cluster {
         let link_for: repl::LinkFor =
             Arc::new(move |c: &CellId| weak.upgrade().and_then(|cl| cl.bulk_link(c)));
         let weak = Arc::downgrade(self);
-        let on_refused: repl::OnRefused = Arc::new(move |c: &CellId, epoch: u64| {
+        let on_refused: repl::OnRefused = Arc::new(move |_: &CellId, epoch: u64| {
             if let Some(cl) = weak.upgrade() {
                 if epoch > cl.epoch() {
-                    cl.fetch_map_from(c.clone());
+                    cl.catch_up();
                 }
             }
         });
@@ -563,7 +576,7 @@ impl Cluster {
                 Output::Holdings { master, backups } => self.trim(master, backups),
                 Output::StartHandOff { child, range } => self.start_stream(child, range, true),
                 Output::Resync { to, range } => self.start_stream(to, range, false),
-                Output::NeedMap { from } => self.fetch_map_from(from),
+                Output::NeedMap { .. } => self.catch_up(),
                 Output::ConfirmMap { epoch, sent_at_ms } => {
                     let cl = self.clone();
                     self.handle.spawn(async move {
@@ -575,7 +588,12 @@ impl Cluster {
                             };
                             cl.process(outputs);
                         } else {
-                            cl.ask_for_map(sent_at_ms);
+                            // The group may have moved on without this cell (it was paused
+                            // or cut off, and removed meanwhile: the cells that could tell
+                            // it no longer send it the log). The fault tests found a resumed
+                            // cell that never learnt it had been removed and kept every
+                            // client waiting for the full request timeout.
+                            cl.catch_up();
                         }
                     });
                 }
@@ -590,45 +608,9 @@ impl Cluster {
         }
     }
 
-    /// The consensus group did not confirm our map: it may have moved on without us (this
-    /// cell was paused or cut off and removed meanwhile, and the cells that could tell us no
-    /// longer talk to a cell outside their map). Ask one other cell of our map for its map,
-    /// a different one each round. The fault tests found a resumed cell that never learnt
-    /// it had been removed and kept every client waiting for the full request timeout.
-    fn ask_for_map(self: &Arc<Self>, round: u64) {
-        let others: Vec<CellId> = {
-            let ring = self.lock_ring();
-            ring.map()
-                .cells()
-                .iter()
-                .filter(|c| c.id != self.me && c.state != CellState::Dead)
-                .map(|c| c.id.clone())
-                .collect()
-        };
-        if others.is_empty() {
-            return;
-        }
-        let step = self.config.ring.heartbeat_interval_ms.max(1);
-        let pick = (round / step) as usize % others.len();
-        self.fetch_map_from(others[pick].clone());
-    }
-
-    /// Fetches `from`'s map and installs it if newer.
-    pub fn fetch_map_from(self: &Arc<Self>, from: CellId) {
-        let Some(link) = self.link(&from) else { return };
-        let cl = self.clone();
-        self.handle.spawn(async move {
-            if let Ok(f) = link.call(FrameKind::MapRequest, Vec::new()).await {
-                if f.kind == FrameKind::MapUpdate {
-                    if let Ok(m) = ClusterMap::decode(
-                        &f.payload,
-                        cellcache_cluster::map::MAP_BYTES_MAX_DEFAULT,
-                    ) {
-                        cl.install_map(m);
-                    }
-                }
-            }
-        });
+    /// Whether `cell` is in this cell's map (in any state, fenced cells are not).
+    pub(crate) fn is_member(&self, cell: &CellId) -> bool {
+        self.lock_ring().map().cell(cell).is_some()
     }
 
     /// Drops what this cell no longer holds (only once it is Active: a joining cell keeps

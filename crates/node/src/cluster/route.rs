@@ -521,7 +521,7 @@ fn forward(
                         .refused
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     if f.epoch > cl2.epoch() {
-                        cl2.fetch_map_from(owner);
+                        cl2.catch_up();
                     }
                     retry_later(&cl2, resend, ctx, quiet, done);
                 }

@@ -4,18 +4,18 @@
 //! ring) gets only the map, so it learns it was removed; its other requests are refused.
 //! Frames are then handled in arrival order on the connection's reader: forwarded requests
 //! execute inline (so one sender's pipeline executes in order; only a write's wait for its
-//! backups, and retries, continue asynchronously), replication records
-//! are applied inline (the stream's order is the master's), ring messages step the ring;
-//! consensus traffic runs as tasks. Replies go through the connection's writer task, tagged
+//! backups, and retries, continue asynchronously) if the sender is a cell of this cell's
+//! map, replication records are applied inline (the stream's order is the master's; what is
+//! accepted of them is [`super::receive`]'s), ring messages step the ring; consensus traffic
+//! runs as tasks. A map a peer pushes is never installed, only taken as a hint to catch up. Replies go through the connection's writer task, tagged
 //! with the request's id and this cell's epoch.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use cellcache_cluster::wire::payload::RangeSeq;
 use cellcache_cluster::wire::{self, FrameKind};
-use cellcache_cluster::{CellId, ClusterMap, HashRange, RingMessage};
+use cellcache_cluster::{CellId, RingMessage};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -24,26 +24,6 @@ use super::Cluster;
 use super::handshake;
 use super::link::{Budget, OwnedFrame, read_frames};
 use super::route::{self, Ctx, Reply};
-
-/// A replication receiver's watermarks for one sending master: live records (`Replicate`)
-/// and snapshot items (`SnapshotChunk`, `SnapshotDone`) arrive in two lanes, each in order
-/// but interleaved with the other (see `repl`), so each has its own.
-///
-/// `connection` numbers the sender's replication-carrying connections to this cell (its bulk
-/// link's; a connection gets its number with its first replication frame). The lanes'
-/// order holds only within one connection: a sender opens a new one after giving the old
-/// one up (its link dropped it), and frames still buffered on the old one may be read after
-/// the new one's — an old snapshot copy of a key could then overwrite a newer live write.
-/// So records are applied only from the sender's latest such connection (checked under the
-/// same lock as the apply); the sender resends what the old one did not get acknowledged.
-#[derive(Default)]
-pub struct Applied {
-    pub live: u64,
-    pub snapshot: u64,
-    pub connection: u64,
-    /// Values arriving in parts from this sender.
-    pub parts: super::repl::Assembly,
-}
 
 /// The frames a connection owes its peer, (kind, request id, payload), queued for the
 /// connection's writer and counted against its [`Budget`]: past the budget the connection's
@@ -82,7 +62,7 @@ struct PeerConn {
     /// `peer_forwards_in_flight_max`).
     forwards: Arc<AtomicUsize>,
     /// This connection's number among the sender's replication-carrying connections, 0
-    /// until it carries replication; see [`on_frame`].
+    /// until it carries replication; see [`super::receive::Applied`].
     number: u64,
 }
 
@@ -249,9 +229,9 @@ async fn operator(cl: &Arc<Cluster>, mut stream: TcpStream, first: OwnedFrame, p
 
 /// Handles one frame of an identified, unfenced sender; `false` closes the connection (its
 /// replication was superseded by a newer connection of the same sender, see
-/// [`Applied`]). The connection's number (`conn.number`) is taken at its first replication
-/// frame, so only a connection that carries replication supersedes another (a sender's
-/// control link never does).
+/// [`super::receive::Applied`]). The connection's number (`conn.number`) is taken at its
+/// first replication frame accepted, so only a connection that carries replication
+/// supersedes another (a sender's control link never does).
 fn on_frame(cl: &Arc<Cluster>, from: &CellId, conn: &mut PeerConn, f: OwnedFrame) -> bool {
     let id = f.request_id;
     let tx = &conn.replies;
@@ -262,7 +242,13 @@ fn on_frame(cl: &Arc<Cluster>, from: &CellId, conn: &mut PeerConn, f: OwnedFrame
         },
         FrameKind::ForwardRequest => {
             if f.epoch > cl.epoch() {
-                cl.fetch_map_from(from.clone());
+                cl.catch_up();
+            }
+            if !cl.is_member(from) {
+                // A cell not in this cell's map (one it does not know yet routes again).
+                cl.stats.forward_not_member.fetch_add(1, Ordering::Relaxed);
+                tx.send(FrameKind::Refused, id, b"not a cell of this map".to_vec());
+                return true;
             }
             let in_progress = conn.forwards.fetch_add(1, Ordering::AcqRel);
             if in_progress >= cl.config.peer_forwards_in_flight_max {
@@ -294,123 +280,21 @@ fn on_frame(cl: &Arc<Cluster>, from: &CellId, conn: &mut PeerConn, f: OwnedFrame
             );
         }
         FrameKind::Replicate | FrameKind::SnapshotChunk | FrameKind::SnapshotDone => {
-            // The frame's epoch is the map its records were produced under.
-            if f.epoch > cl.epoch() {
-                // Decide under the sender's map: fetch it; the sender retries.
-                cl.fetch_map_from(from.clone());
-                tx.send(FrameKind::Refused, id, b"fetching the newer map".to_vec());
-                return true;
+            match super::receive::frame(cl, from, &mut conn.number, f) {
+                super::receive::Answer::Reply(kind, payload) => tx.send(kind, id, payload),
+                super::receive::Answer::Silent => {}
+                super::receive::Answer::Close => return false,
             }
-            type Pick = Box<dyn Fn(u64) -> bool>;
-            let (keep, flushable, serving): (Pick, Pick, bool) = {
-                let ring = cl.lock_ring();
-                let map = ring.map().clone();
-                let now = cl.now_ms();
-                // Fencing: records of an older map are refused once this cell serves any of
-                // their keys as master (the sender was deposed; its write must not be
-                // acknowledged, nor clobber newer writes). Before that, they are the tail of
-                // a master whose lease this cell's serving waits for, and are kept.
-                let serving = f.epoch < map.epoch()
-                    && f.kind != FrameKind::SnapshotDone
-                    && record_hashes(&f.payload)
-                        .iter()
-                        .any(|h| h.is_some_and(|h| ring.can_serve(h, now)));
-                let me = cl.me.clone();
-                let sender = from.clone();
-                let child_of_sender = map.migrations().iter().any(|m| {
-                    matches!(m, cellcache_cluster::Migration::Division { parent, child, .. } if *child == me && *parent == sender)
-                });
-                let holds = {
-                    let (map, me) = (map.clone(), me.clone());
-                    move |h| child_of_sender || map.holds_copy(&me, h)
-                };
-                // A replicated flush drops this cell's copies of the sender's range, never
-                // keys it masters itself (a deposed sender's flush must not reach them).
-                let flushable = {
-                    let holds = holds.clone();
-                    move |h| holds(h) && map.owner(h).id != me
-                };
-                (Box::new(holds), Box::new(flushable), serving)
-            };
-            if serving {
-                cl.stats
-                    .replicate_refused
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                tx.send(FrameKind::Refused, id, b"stale epoch".to_vec());
-                return true;
-            }
-            let mut applied = cl.applied.lock();
-            let lanes = applied.entry(from.clone()).or_default();
-            if conn.number == 0 {
-                lanes.connection += 1;
-                conn.number = lanes.connection;
-            } else if lanes.connection != conn.number {
-                tracing::debug!(peer = %from, "replication on a superseded connection: closing it");
-                return false;
-            }
-            let Applied {
-                live,
-                snapshot,
-                parts,
-                ..
-            } = lanes;
-            let seq = if f.kind == FrameKind::Replicate {
-                live
-            } else {
-                snapshot
-            };
-            let range = if f.kind == FrameKind::SnapshotDone {
-                match RangeSeq::decode(&f.payload) {
-                    Ok(d) => {
-                        *seq = (*seq).max(d.seq);
-                        let done = d.range;
-                        let from = from.clone();
-                        let cl2 = cl.clone();
-                        let epoch = f.epoch;
-                        cl.handle
-                            .spawn(async move { cl2.resync_received(&from, done, epoch).await });
-                        done
-                    }
-                    Err(_) => return true,
-                }
-            } else {
-                match super::repl::apply_records(
-                    &cl.cell.store,
-                    &f.payload,
-                    seq,
-                    parts,
-                    cl.config.replication_backlog_bytes_max,
-                    cl.cell.now(),
-                    keep,
-                    |range, at| cl.flush_received(range, at, &flushable),
-                ) {
-                    Ok(rebuilt) => {
-                        cl.stats
-                            .values_rebuilt
-                            .fetch_add(rebuilt, std::sync::atomic::Ordering::Relaxed);
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "bad replication payload");
-                        return true;
-                    }
-                }
-                HashRange::FULL
-            };
-            let mut ack = Vec::new();
-            RangeSeq { range, seq: *seq }.encode(&mut ack);
-            drop(applied);
-            tx.send(FrameKind::ReplicateAck, id, ack);
         }
         FrameKind::MapRequest => {
             let map = cl.lock_ring().map().encode();
             tx.send(FrameKind::MapUpdate, id, map);
         }
+        // A map pushed by a peer is only a hint that a newer one may exist: maps take
+        // effect from consensus (see `catch_up`), never from one peer's word.
         FrameKind::MapUpdate => {
-            if let Ok(m) =
-                ClusterMap::decode(&f.payload, cellcache_cluster::map::MAP_BYTES_MAX_DEFAULT)
-            {
-                cl.install_map(m);
-            }
+            cl.stats.map_pushes_ignored.fetch_add(1, Ordering::Relaxed);
+            cl.catch_up();
         }
         FrameKind::Consensus => {
             let tx = tx.clone();
@@ -432,13 +316,4 @@ fn on_frame(cl: &Arc<Cluster>, from: &CellId, conn: &mut PeerConn, f: OwnedFrame
         | FrameKind::Control => return false,
     }
     true
-}
-
-/// Key hashes of a replication payload's records (`None` for a flush).
-fn record_hashes(payload: &[u8]) -> Vec<Option<u64>> {
-    use cellcache_cluster::wire::payload::ReplicationRecord;
-    ReplicationRecord::decode_all(payload)
-        .filter_map(Result::ok)
-        .map(|r| r.op.key().map(cellcache_store::key_hash))
-        .collect()
 }

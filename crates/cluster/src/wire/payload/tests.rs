@@ -17,6 +17,27 @@ fn a_records_sequence_number_is_set_in_place() {
     assert_eq!(decoded.op, record.op);
     assert!(!set_record_seq(&mut [0u8; 20], 1), "too short for a record");
 }
+/// A gap refusal names the position the receiver expects, and no other refusal reads as one.
+#[test]
+fn a_sequence_gap_round_trips_and_other_refusals_are_not_one() {
+    let gap = SequenceGap { expected: 42 };
+    assert_eq!(SequenceGap::decode(&gap.encode()), Some(gap));
+    assert_eq!(
+        String::from_utf8(gap.encode()).unwrap(),
+        "sequence gap: expected 42"
+    );
+    for other in [
+        &b"stale epoch"[..],
+        b"sequence gap: expected ",
+        b"sequence gap: expected -1",
+        b"sequence gap: expected 1 2",
+        b"sequence gap: expected 99999999999999999999999",
+        b"\xff",
+    ] {
+        assert_eq!(SequenceGap::decode(other), None, "{other:?}");
+    }
+}
+
 use proptest::prelude::*;
 
 fn arb_key() -> impl Strategy<Value = Vec<u8>> {

@@ -1,4 +1,5 @@
-//! The receiving side: applying records in order and rebuilding values sent in parts.
+//! The receiving side: checking that a frame continues its lane, applying records in order
+//! and rebuilding values sent in parts.
 
 use std::collections::HashMap;
 
@@ -119,6 +120,41 @@ impl Assembly {
         }
         None
     }
+}
+
+/// Why a replication payload was not applied (nothing of it was).
+#[derive(Debug, thiserror::Error)]
+pub enum SequenceError {
+    #[error("bad replication payload: {0}")]
+    Wire(#[from] cellcache_cluster::wire::WireError),
+    /// The records do not continue the lane: the first is past the next position, or one
+    /// does not follow the one before it. A correct master never sends that; a frame
+    /// jumping far ahead would, if applied, make every later record look like a resend.
+    #[error("sequence gap: expected {expected}, got {got}")]
+    Gap { expected: u64, got: u64 },
+}
+
+/// Checks, before anything is applied, that `payload`'s records continue a lane whose last
+/// applied position is `applied`: their positions are consecutive and the first is at most
+/// `applied + 1`. Records at or below `applied` are resends (an acknowledgement was lost),
+/// which [`apply_records`] skips. An empty payload continues any lane: a master asks a
+/// receiver's position with one.
+pub fn check_sequence(payload: &[u8], applied: u64) -> Result<(), SequenceError> {
+    let mut next = applied.saturating_add(1);
+    let mut first = true;
+    for rec in ReplicationRecord::decode_all(payload) {
+        let seq = rec?.seq;
+        let fits = if first { seq <= next } else { seq == next };
+        if !fits {
+            return Err(SequenceError::Gap {
+                expected: applied.saturating_add(1),
+                got: seq,
+            });
+        }
+        first = false;
+        next = seq.saturating_add(1);
+    }
+    Ok(())
 }
 
 /// Applies a `Replicate` or `SnapshotChunk` payload to the backup's store, advancing

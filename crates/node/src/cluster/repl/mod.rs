@@ -8,9 +8,11 @@
 //! append happens under the shard lock, the backlog order of any one key is the order the
 //! store applied its mutations; a target's single sender task sends the backlog in order
 //! over the target's link, one batch in flight at a time, and trims it when acknowledged.
-//! Sequence numbers come from one cell-wide counter, so they only grow within a target's
-//! stream, even across target changes, and the receiver skips anything at or below what it
-//! has applied (records are full state: applying one twice is harmless).
+//! Sequence numbers come from one cell-wide counter and order entries inside the cell; on
+//! the wire each lane is numbered by consecutive positions (see [`target`]): the receiver
+//! applies only the position after its last one, skips resends at or below it (records are
+//! full state: applying one twice is harmless) and refuses a frame that jumps, and the
+//! sender then renumbers from the receiver's position and resynchronises the target.
 //!
 //! A request that wrote runs with a *capture* installed on its thread ([`capture`]): the
 //! positions its mutations got in each backlog. In `sync` mode its reply is held until
@@ -42,16 +44,17 @@
 //!
 //! Ordering across lanes, for one key: a live record may overtake a queued snapshot copy of
 //! its key, and that older copy must not be applied after it. So when a live record of key
-//! `k` is queued, every snapshot item of `k` still unacknowledged is moved (re-sequenced)
-//! into the live lane just ahead of it: the receiver applies old copy, then the change, in
-//! store order. Moving rather than dropping keeps `touch` right (its record carries only the
+//! `k` is queued, every snapshot item of `k` not sent yet is moved (re-sequenced) into the
+//! live lane just ahead of it: the receiver applies old copy, then the change, in store
+//! order. An item already sent keeps its wire position and stays; its lane is sent again
+//! (if its batch failed) before the live lane, so it still arrives first. Moving rather than dropping keeps `touch` right (its record carries only the
 //! expiry, not the item). A live `flush_all` drops every snapshot item queued before it
 //! instead (they are all dead). Items are matched by key hash: a collision only moves an
 //! unrelated item earlier in the live lane, still after any live record of its own key.
 //! Snapshot items scanned after a live record hold a state at least as new, and go after it
 //! (live first). A snapshot batch already in flight when a live record of one of its keys
-//! is queued finishes (acknowledged, or failed and moved) before the live lane is sent: one
-//! batch is in flight per target.
+//! is queued finishes (acknowledged, or failed and sent again) before the live lane is
+//! sent: one batch is in flight per target.
 //!
 //! The module is split by concern: [`target`] (a target's two lanes and the batches cut
 //! from them), [`capture`] (the positions a request's writes took), [`wait`] (holding a
@@ -77,7 +80,7 @@ mod stream;
 mod target;
 mod wait;
 
-pub use apply::{Assembly, apply_records};
+pub use apply::{Assembly, SequenceError, apply_records, check_sequence};
 use capture::with_capture;
 pub use capture::{Captured, capture};
 pub use target::Target;
@@ -115,6 +118,9 @@ struct Layout {
     /// Epoch of the map the layout comes from; stamped on the records produced under it.
     epoch: u64,
     targets: BTreeMap<CellId, Arc<Target>>,
+    /// Removed targets whose sender may still deliver their tail: a new target for the same
+    /// cell starts sending only once its predecessor's sender ended.
+    retired: BTreeMap<CellId, Arc<Target>>,
 }
 
 /// The store's change sink and the master side of replication; see the module docs.
@@ -146,6 +152,7 @@ impl Replicator {
                 master: None,
                 epoch: 0,
                 targets: BTreeMap::new(),
+                retired: BTreeMap::new(),
             }),
             seq: AtomicU64::new(0),
             waiters: Mutex::new(Vec::new()),
@@ -188,10 +195,14 @@ impl Replicator {
             .filter(|c| !targets.contains(c))
             .cloned()
             .collect();
+        layout
+            .retired
+            .retain(|_, t| !t.finished.load(Ordering::Acquire));
         for c in removed {
             if let Some(t) = layout.targets.remove(&c) {
                 t.closed.store(true, Ordering::Release);
                 t.wake.notify_one();
+                layout.retired.insert(c, t);
             }
         }
         for c in targets {
@@ -204,7 +215,11 @@ impl Replicator {
             let from = self.seq.load(Ordering::Acquire);
             let t = Arc::new(Target::new(c.clone(), from, !children.contains(c)));
             layout.targets.insert(c.clone(), t.clone());
-            rt.spawn(self.clone().sender(t, link_for.clone(), on_refused.clone()));
+            let previous = layout.retired.remove(c);
+            let sender = self
+                .clone()
+                .sender(t, previous, link_for.clone(), on_refused.clone());
+            rt.spawn(sender);
         }
         drop(layout);
         self.check_waiters();
@@ -222,9 +237,15 @@ impl Replicator {
             let key = *key;
             let st = &mut *st;
             let mut kept = VecDeque::with_capacity(st.snapshot.len());
+            // The first `sent` unacknowledged items keep their wire positions: they stay.
+            let mut sent = st.snapshot_wire.sent;
             for (s, e, item) in std::mem::take(&mut st.snapshot) {
+                let unsent = s > st.snapshot_acked && sent == 0;
+                if s > st.snapshot_acked {
+                    sent = sent.saturating_sub(1);
+                }
                 let hit = match &item {
-                    Entry::Record(_, k) => s > st.snapshot_acked && (key.is_none() || *k == key),
+                    Entry::Record(_, k) => unsent && (key.is_none() || *k == key),
                     Entry::Done(_) => false,
                 };
                 if !hit {
@@ -298,6 +319,7 @@ impl Replicator {
             st.snapshot.clear();
             st.backlog_bytes = 0;
             st.snapshot_bytes = 0;
+            st.dropped();
             t.needs_resync.store(true, Ordering::Release);
             drop(st);
             self.check_waiters();

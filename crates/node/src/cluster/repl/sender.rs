@@ -1,5 +1,6 @@
-//! One task per target: sends its lanes' batches in order, one batch in flight, and
-//! trims what the target acknowledged.
+//! One task per target: sends its lanes' batches in order, one batch in flight, trims what
+//! the target acknowledged, and renumbers a lane from the target's position when the target
+//! is not where the lane expects it (see [`super::target`]).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -8,19 +9,32 @@ use std::time::{Duration, Instant};
 use cellcache_cluster::wire::FrameKind;
 
 use super::super::link::LinkError;
-use cellcache_cluster::wire::payload::RangeSeq;
+use cellcache_cluster::wire::payload::{RangeSeq, SequenceGap};
 
-use super::target::{Batch, LaneKind, Target, has_pending, next_batch, trim_acked};
+use super::target::{Acked, Target, has_pending, next_batch, trim_acked};
 use super::{LinkFor, OnRefused, Replicator};
 
 impl Replicator {
-    /// One target's sender: sends the backlog in order, one batch in flight.
+    /// One target's sender: sends the backlog in order, one batch in flight. It starts once
+    /// the sender of `previous` (an earlier target for the same cell, still delivering its
+    /// tail) ended, so two streams to one cell never interleave.
     pub(super) async fn sender(
         self: Arc<Self>,
         t: Arc<Target>,
+        previous: Option<Arc<Target>>,
         link_for: LinkFor,
         on_refused: OnRefused,
     ) {
+        if let Some(previous) = previous {
+            while !previous.finished.load(Ordering::Acquire) && !t.closed.load(Ordering::Acquire) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        self.send_lanes(&t, &link_for, &on_refused).await;
+        t.finished.store(true, Ordering::Release);
+    }
+
+    async fn send_lanes(&self, t: &Arc<Target>, link_for: &LinkFor, on_refused: &OnRefused) {
         let mut backoff = Duration::from_millis(10);
         loop {
             if t.closed.load(Ordering::Acquire) {
@@ -37,64 +51,68 @@ impl Replicator {
                 let mut st = t.state.lock();
                 let batch = next_batch(&st, chunk, alternate);
                 if let Some(b) = &batch {
-                    st.last_lane = b.lane;
+                    st.sending(b);
                 }
                 batch
             };
-            let Some(Batch {
-                kind,
-                payload,
-                last,
-                epoch: batch_epoch,
-                lane,
-            }) = batch
-            else {
+            let Some(mut batch) = batch else {
                 let _ = tokio::time::timeout(Duration::from_millis(100), t.wake.notified()).await;
                 continue;
             };
+            let batch_epoch = batch.epoch;
             let Some(link) = link_for(&t.to) else {
                 t.state.lock().unreachable = true;
                 self.check_waiters();
                 tokio::time::sleep(backoff).await;
                 continue;
             };
-            let records = payload.len();
-            let call = link.call_at(kind, Some(batch_epoch), payload);
+            let records = batch.payload.len();
+            let payload = std::mem::take(&mut batch.payload);
+            let call = link.call_at(batch.kind, Some(batch_epoch), payload);
             let io_timeout = self.policy().io_timeout;
             let reply = tokio::time::timeout(io_timeout, call)
                 .await
                 .unwrap_or(Err(LinkError::Lost));
             match reply {
                 Ok(f) if f.kind == FrameKind::ReplicateAck => {
-                    let acked = RangeSeq::decode(&f.payload).map_or(last, |a| a.seq.min(last));
+                    let at = RangeSeq::decode(&f.payload).map_or(batch.last_position, |a| a.seq);
                     self.bytes_sent.fetch_add(records as u64, Ordering::Relaxed);
                     let mut st = t.state.lock();
                     st.unreachable = false;
                     st.last_ack = Instant::now();
-                    match lane {
-                        LaneKind::Live => st.acked = st.acked.max(acked),
-                        LaneKind::Snapshot => st.snapshot_acked = st.snapshot_acked.max(acked),
-                    }
+                    let acked = st.acknowledged(&batch, at);
                     trim_acked(&mut st);
                     drop(st);
+                    if acked == Acked::Diverged {
+                        tracing::warn!(to = %t.to, at, expected = batch.last_position, lane = ?batch.lane, "replication target at another position than sent: renumbering and resynchronising it");
+                        t.needs_resync.store(true, Ordering::Release);
+                    }
                     backoff = Duration::from_millis(10);
                     self.check_waiters();
                 }
-                Ok(f) if f.epoch > batch_epoch && self.layout.lock().epoch > batch_epoch => {
+                Ok(f)
+                    if f.kind == FrameKind::Refused
+                        && SequenceGap::decode(&f.payload).is_some() =>
+                {
+                    // The target missed positions (or never had this stream's): send again
+                    // from where it is, and resynchronise it for what it may have missed.
+                    let expected = SequenceGap::decode(&f.payload).map_or(0, |g| g.expected);
+                    tracing::warn!(to = %t.to, expected, sent = batch.last_position, lane = ?batch.lane, "replication refused as a sequence gap: renumbering and resynchronising");
+                    t.state.lock().gap(batch.lane, expected);
+                    t.needs_resync.store(true, Ordering::Release);
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_millis(200));
+                }
+                Ok(f)
+                    if !batch.probe
+                        && f.epoch > batch_epoch
+                        && self.layout.lock().epoch > batch_epoch =>
+                {
                     // Fenced: the target serves these keys under a newer map, so writes made
                     // under the old one are not confirmed (their clients get SERVER_ERROR).
                     tracing::debug!(to = %t.to, epoch = f.epoch, batch_epoch, reason = %String::from_utf8_lossy(&f.payload), "replication refused for good");
                     let mut st = t.state.lock();
-                    match lane {
-                        LaneKind::Live => {
-                            st.rejected_upto = st.rejected_upto.max(last);
-                            st.acked = st.acked.max(last);
-                        }
-                        LaneKind::Snapshot => {
-                            st.snapshot_rejected_upto = st.snapshot_rejected_upto.max(last);
-                            st.snapshot_acked = st.snapshot_acked.max(last);
-                        }
-                    }
+                    st.refused_for_good(&batch);
                     trim_acked(&mut st);
                     drop(st);
                     self.check_waiters();
@@ -115,7 +133,7 @@ impl Replicator {
                     backoff = (backoff * 2).min(Duration::from_millis(200));
                 }
             }
-            self.trim_backlog(&t);
+            self.trim_backlog(t);
         }
     }
 

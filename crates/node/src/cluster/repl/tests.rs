@@ -1,10 +1,10 @@
 //! The lanes, batches and receiving side of replication, without links.
 
 use super::stream::{CLOSED_POLL, sleep_unless_closed};
-use super::target::{Batch, next_batch, trim_acked};
+use super::target::{Acked, Batch, TargetState, next_batch, trim_acked};
 use super::*;
 use cellcache_cluster::wire::FrameKind;
-use cellcache_cluster::wire::payload::{ItemState, ReplicationRecord, encode_item};
+use cellcache_cluster::wire::payload::{ItemState, RangeSeq, ReplicationRecord, encode_item};
 use cellcache_store::Store;
 
 fn replicator() -> Arc<Replicator> {
@@ -72,6 +72,18 @@ fn records(b: &Batch) -> Vec<(u64, &'static str, String, String)> {
         .collect()
 }
 
+/// A target whose receiver's positions are known (its first empty frames were answered:
+/// nothing applied yet).
+fn positioned(cell: u64, waited: bool) -> Target {
+    let t = Target::new(CellId::whole(cell), 0, waited);
+    {
+        let mut st = t.state.lock();
+        st.live_wire.known = true;
+        st.snapshot_wire.known = true;
+    }
+    t
+}
+
 /// Takes the next batch and acknowledges it, as the sender does on a `ReplicateAck`.
 fn send(t: &Target) -> Option<Batch> {
     send_turn(t, false)
@@ -81,11 +93,8 @@ fn send(t: &Target) -> Option<Batch> {
 fn send_turn(t: &Target, alternate: bool) -> Option<Batch> {
     let mut st = t.state.lock();
     let b = next_batch(&st, 1024, alternate)?;
-    st.last_lane = b.lane;
-    match b.lane {
-        LaneKind::Live => st.acked = b.last,
-        LaneKind::Snapshot => st.snapshot_acked = b.last,
-    }
+    st.sending(&b);
+    assert_eq!(st.acknowledged(&b, b.last_position), Acked::Applied);
     trim_acked(&mut st);
     Some(b)
 }
@@ -93,18 +102,19 @@ fn send_turn(t: &Target, alternate: bool) -> Option<Batch> {
 #[test]
 fn a_live_record_is_sent_ahead_of_queued_snapshot_chunks() {
     let r = replicator();
-    let t = Target::new(CellId::whole(2), 0, true);
+    let t = positioned(2, true);
     let value = "v".repeat(200);
     for i in 0..40 {
         r.push(&t, 1, set(&format!("snap{i}"), &value), LaneKind::Snapshot);
     }
     r.push(&t, 1, Entry::Done(HashRange::FULL), LaneKind::Snapshot);
-    let live = r.push(&t, 1, set("live", "now"), LaneKind::Live);
+    r.push(&t, 1, set("live", "now"), LaneKind::Live);
     let first = send(&t).expect("a batch");
     assert_eq!(first.kind, FrameKind::Replicate);
     assert_eq!(
         records(&first),
-        vec![(live, "set", "live".into(), "now".into())]
+        vec![(1, "set", "live".into(), "now".into())],
+        "the live lane's first position"
     );
     // Then the snapshot, in chunks, and its marker last.
     let mut kinds = Vec::new();
@@ -130,11 +140,11 @@ fn a_live_record_is_sent_ahead_of_queued_snapshot_chunks() {
 #[test]
 fn a_live_record_takes_the_older_snapshot_copy_of_its_key_along() {
     let r = replicator();
-    let t = Target::new(CellId::whole(2), 0, true);
+    let t = positioned(2, true);
     r.push(&t, 1, set("a", "old-a"), LaneKind::Snapshot);
     r.push(&t, 1, set("b", "old-b"), LaneKind::Snapshot);
     r.push(&t, 1, set("c", "old-c"), LaneKind::Snapshot);
-    let live = r.push(&t, 1, touch("b"), LaneKind::Live);
+    r.push(&t, 1, touch("b"), LaneKind::Live);
     // A snapshot item scanned after the live record stays in the snapshot lane.
     r.push(&t, 1, set("b", "new-b"), LaneKind::Snapshot);
     let first = send(&t).expect("the live lane");
@@ -145,10 +155,7 @@ fn a_live_record_takes_the_older_snapshot_copy_of_its_key_along() {
         (got[0].1, got[0].2.as_str(), got[0].3.as_str()),
         ("set", "b", "old-b")
     );
-    assert_eq!(
-        (got[1].0, got[1].1, got[1].2.as_str()),
-        (live, "touch", "b")
-    );
+    assert_eq!((got[1].0, got[1].1, got[1].2.as_str()), (2, "touch", "b"));
     assert!(got[0].0 < got[1].0, "the copy is applied first: {got:?}");
     let rest = send(&t).expect("the snapshot lane");
     assert_eq!(rest.kind, FrameKind::SnapshotChunk);
@@ -167,7 +174,7 @@ fn a_live_record_takes_the_older_snapshot_copy_of_its_key_along() {
 #[test]
 fn a_live_flush_drops_the_snapshot_items_queued_before_it() {
     let r = replicator();
-    let t = Target::new(CellId::whole(2), 0, true);
+    let t = positioned(2, true);
     r.push(&t, 1, set("a", "1"), LaneKind::Snapshot);
     r.push(&t, 1, set("b", "2"), LaneKind::Snapshot);
     let flush = Entry::Record(encode(ReplicationOp::Flush { at_unix_secs: 5 }), None);
@@ -191,7 +198,7 @@ fn a_live_flush_drops_the_snapshot_items_queued_before_it() {
 #[test]
 fn the_snapshot_marker_waits_for_every_earlier_live_record() {
     let r = replicator();
-    let t = Target::new(CellId::whole(2), 0, true);
+    let t = positioned(2, true);
     r.push(&t, 1, Entry::Done(HashRange::FULL), LaneKind::Snapshot);
     let live = r.push(&t, 1, set("x", "1"), LaneKind::Live);
     // Not acknowledged yet: the next batch is still the live record, not the marker.
@@ -335,7 +342,7 @@ fn a_newer_change_supersedes_a_value_still_arriving_in_parts() {
 #[test]
 fn a_large_live_value_is_queued_in_parts_and_acknowledged_by_its_last() {
     let r = replicator();
-    let t = Target::new(CellId::whole(2), 0, true);
+    let t = positioned(2, true);
     let value = big(5000, 0);
     let mut last = 0;
     for b in item_records(b"big", &value, 1, 1024, 0) {
@@ -373,7 +380,7 @@ fn a_throttled_stream_stops_waiting_when_its_target_closes() {
         .enable_time()
         .build()
         .expect("runtime");
-    let t = Arc::new(Target::new(CellId::whole(2), 0, true));
+    let t = Arc::new(positioned(2, true));
     rt.block_on(async {
         assert!(sleep_unless_closed(&t, Duration::ZERO).await);
         let closer = t.clone();
@@ -399,7 +406,7 @@ fn send_alternating(t: &Target) -> Option<Batch> {
 #[test]
 fn a_child_still_taking_its_snapshot_gets_turns_without_reordering_a_key() {
     let r = replicator();
-    let t = Target::new(CellId::whole(2), 0, false);
+    let t = positioned(2, false);
     // A write arrives first; the snapshot items scanned after it must follow it.
     let first = r.push(&t, 1, set("x", "live-1"), LaneKind::Live);
     r.push(&t, 1, set("a", "snap-a"), LaneKind::Snapshot);
@@ -455,7 +462,7 @@ fn a_child_still_taking_its_snapshot_gets_turns_without_reordering_a_key() {
 #[test]
 fn a_child_falling_behind_while_it_answers_is_waited_for() {
     let r = replicator(); // child_lag_bytes_max: 4096
-    let t = Target::new(CellId::whole(2), 0, false);
+    let t = positioned(2, false);
     let value = "v".repeat(1000);
     for i in 0..3 {
         r.push(&t, 1, set(&format!("k{i}"), &value), LaneKind::Live);
@@ -469,7 +476,7 @@ fn a_child_falling_behind_while_it_answers_is_waited_for() {
         "6 kB queued and the child answers: backpressure"
     );
     // Snapshot items do not count: the scan has its own bound.
-    let s = Target::new(CellId::whole(3), 0, false);
+    let s = positioned(3, false);
     for i in 0..6 {
         r.push(&s, 1, set(&format!("k{i}"), &value), LaneKind::Snapshot);
     }
@@ -477,4 +484,216 @@ fn a_child_falling_behind_while_it_answers_is_waited_for() {
     // A child that does not answer is not waited for: its hand-off pauses instead.
     t.state.lock().unreachable = true;
     assert!(!r.child_lags(&t));
+}
+
+/// Takes the next batch and sends it, as the sender does before its answer arrives.
+fn sent(st: &mut TargetState) -> Batch {
+    let b = next_batch(st, 1024, false).expect("a batch");
+    st.sending(&b);
+    b
+}
+
+/// Positions of each record of a batch.
+fn positions(b: &Batch) -> Vec<u64> {
+    records(b).into_iter().map(|r| r.0).collect()
+}
+
+#[test]
+fn each_lane_of_each_target_is_numbered_consecutively_on_the_wire() {
+    let r = replicator();
+    let (t, u) = (positioned(2, true), positioned(3, true));
+    // Records for two targets and both lanes interleave in the cell-wide sequence.
+    for i in 0..3 {
+        r.push(&t, 1, set(&format!("s{i}"), "v"), LaneKind::Snapshot);
+        r.push(&u, 1, set(&format!("u{i}"), "v"), LaneKind::Live);
+        r.push(&t, 1, set(&format!("l{i}"), "v"), LaneKind::Live);
+    }
+    r.push(&t, 1, Entry::Done(HashRange::FULL), LaneKind::Snapshot);
+    assert_eq!(positions(&send(&t).expect("live")), [1, 2, 3]);
+    assert_eq!(positions(&send(&t).expect("snapshot")), [1, 2, 3]);
+    let done = send(&t).expect("the marker");
+    assert_eq!(done.kind, FrameKind::SnapshotDone);
+    assert_eq!(RangeSeq::decode(&done.payload).expect("marker").seq, 4);
+    assert_eq!(positions(&send(&u).expect("the other target")), [1, 2, 3]);
+    r.push(&t, 1, set("l3", "v"), LaneKind::Live);
+    assert_eq!(positions(&send(&t).expect("later")), [4]);
+}
+
+#[test]
+fn a_new_target_first_asks_the_receivers_position_and_continues_from_it() {
+    let r = replicator();
+    let t = Target::new(CellId::whole(2), 0, true);
+    assert!(
+        next_batch(&t.state.lock(), 1024, false).is_none(),
+        "nothing to send"
+    );
+    r.push(&t, 1, set("a", "1"), LaneKind::Live);
+    let mut st = t.state.lock();
+    let probe = next_batch(&st, 1024, false).expect("a probe");
+    assert!(probe.probe && probe.payload.is_empty());
+    assert_eq!(probe.kind, FrameKind::Replicate);
+    st.sending(&probe);
+    // The receiver applied 41 positions of an earlier stream of this cell.
+    assert_eq!(st.acknowledged(&probe, 41), Acked::Positioned);
+    let b = next_batch(&st, 1024, false).expect("the record");
+    assert_eq!(positions(&b), [42]);
+}
+
+#[test]
+fn a_batch_that_got_no_answer_goes_again_with_its_positions_before_the_other_lane() {
+    let r = replicator();
+    let t = positioned(2, true);
+    r.push(&t, 1, set("a", "old-a"), LaneKind::Snapshot);
+    r.push(&t, 1, set("b", "old-b"), LaneKind::Snapshot);
+    let first = sent(&mut t.state.lock());
+    assert_eq!(positions(&first), [1, 2]);
+    // Its answer is lost. Meanwhile a live change of `b` and one more item arrive: the
+    // item sent keeps its place (it may have been applied under its position), so the
+    // snapshot lane goes first again, then the change.
+    r.push(&t, 1, touch("b"), LaneKind::Live);
+    r.push(&t, 1, set("c", "old-c"), LaneKind::Snapshot);
+    let again = send(&t).expect("the same snapshot batch");
+    assert_eq!(again.kind, FrameKind::SnapshotChunk);
+    let got: Vec<(u64, String)> = records(&again).into_iter().map(|r| (r.0, r.2)).collect();
+    assert_eq!(got, [(1, "a".into()), (2, "b".into())]);
+    let live = send(&t).expect("the change");
+    assert_eq!(records(&live)[0].1, "touch");
+    assert_eq!(positions(&send(&t).expect("the rest")), [3]);
+}
+
+#[test]
+fn an_unsent_snapshot_item_still_moves_ahead_of_a_live_change_of_its_key() {
+    let r = replicator();
+    let t = positioned(2, true);
+    r.push(&t, 1, set("a", "old-a"), LaneKind::Snapshot);
+    sent(&mut t.state.lock());
+    r.push(&t, 1, set("b", "old-b"), LaneKind::Snapshot);
+    r.push(&t, 1, touch("b"), LaneKind::Live);
+    // `a` went out: resent first, alone, with its position; `b` moved to the live lane.
+    let again = send(&t).expect("a again");
+    assert_eq!(positions(&again), [1]);
+    let live = send(&t).expect("the live lane");
+    let got: Vec<(u64, &str, String)> = records(&live)
+        .into_iter()
+        .map(|r| (r.0, r.1, r.2))
+        .collect();
+    assert_eq!(got, [(1, "set", "b".into()), (2, "touch", "b".into())]);
+    assert!(send(&t).is_none(), "nothing left in the snapshot lane");
+}
+
+#[test]
+fn a_receiver_elsewhere_than_expected_gets_the_lane_again_from_its_position() {
+    let r = replicator();
+    let t = positioned(2, true);
+    let written = r.push(&t, 1, set("a", "1"), LaneKind::Live);
+    r.push(&t, 1, set("b", "2"), LaneKind::Live);
+    let mut st = t.state.lock();
+    let b = sent(&mut st);
+    assert_eq!(positions(&b), [1, 2]);
+    // Another stream moved the receiver to 9 (its records at 1 and 2 were skipped as
+    // resends): not taken as applied.
+    assert_eq!(st.acknowledged(&b, 9), Acked::Diverged);
+    assert!(st.acked < written, "the writes still wait");
+    assert_eq!(positions(&sent(&mut st)), [10, 11]);
+    // A receiver that refuses a gap says where it is: from there, too.
+    st.gap(LaneKind::Live, 4);
+    let b = sent(&mut st);
+    assert_eq!(positions(&b), [4, 5]);
+    assert_eq!(st.acknowledged(&b, 5), Acked::Applied);
+    trim_acked(&mut st);
+    assert!(next_batch(&st, 1024, false).is_none());
+}
+
+#[test]
+fn after_dropping_entries_that_may_have_arrived_the_lane_goes_on_past_them() {
+    let r = replicator();
+    let t = positioned(2, true);
+    r.push(&t, 7, set("a", "1"), LaneKind::Live);
+    r.push(&t, 7, set("b", "2"), LaneKind::Live);
+    {
+        let mut st = t.state.lock();
+        sent(&mut st);
+        // Refused for good on a second attempt: the first may have been applied.
+        let retry = next_batch(&st, 1024, false).expect("again");
+        assert_eq!(retry.sent_before, 2);
+        st.refused_for_good(&retry);
+        trim_acked(&mut st);
+    }
+    r.push(&t, 7, set("c", "3"), LaneKind::Live);
+    assert_eq!(positions(&send(&t).expect("c")), [3]);
+    // A backlog dropped with entries out: the next ones go after them as well.
+    r.push(&t, 7, set("d", "4"), LaneKind::Live);
+    {
+        let mut st = t.state.lock();
+        sent(&mut st);
+        st.backlog.clear();
+        st.acked = r.seq.load(Ordering::Acquire);
+        st.dropped();
+    }
+    r.push(&t, 7, set("e", "5"), LaneKind::Live);
+    assert_eq!(positions(&send(&t).expect("e")), [5]);
+}
+
+/// The records of `keys` (values "v"), numbered from `first`.
+fn numbered(keys: &[&str], first: u64) -> Vec<u8> {
+    let mut payload = Vec::new();
+    for (i, k) in keys.iter().enumerate() {
+        let mut rec = encode(ReplicationOp::Set {
+            key: k.as_bytes(),
+            value: b"v",
+            flags: 0,
+            expiry_unix_secs: 0,
+            cas: 1,
+            stale: false,
+        });
+        set_record_seq(&mut rec, first + i as u64);
+        payload.extend(rec);
+    }
+    payload
+}
+
+#[test]
+fn a_receiver_accepts_the_next_position_or_a_resend_and_refuses_a_jump() {
+    assert!(check_sequence(&numbered(&["a", "b"], 6), 5).is_ok(), "next");
+    assert!(
+        check_sequence(&numbered(&["a", "b", "c"], 4), 5).is_ok(),
+        "overlap"
+    );
+    assert!(check_sequence(&numbered(&["a"], 2), 5).is_ok(), "resend");
+    assert!(check_sequence(&[], 5).is_ok(), "a position probe");
+    assert!(matches!(
+        check_sequence(&numbered(&["a"], 1 << 62), 5),
+        Err(SequenceError::Gap { expected: 6, got }) if got == 1 << 62
+    ));
+    let holed = [numbered(&["a"], 6), numbered(&["b"], 8)].concat();
+    assert!(matches!(
+        check_sequence(&holed, 5),
+        Err(SequenceError::Gap {
+            expected: 6,
+            got: 8
+        })
+    ));
+    assert!(matches!(
+        check_sequence(b"junk", 5),
+        Err(SequenceError::Wire(_))
+    ));
+}
+
+/// The attack this guards against: a frame numbered far ahead, had it been applied, would
+/// have made every later record of the master look like a resend.
+#[test]
+fn a_forged_jump_leaves_the_lane_where_it_was() {
+    let store = Store::new(cellcache_store::StoreConfig::default()).expect("store");
+    let (mut applied, mut parts) = (0, Assembly::default());
+    let first = numbered(&["a"], 1);
+    check_sequence(&first, applied).expect("next");
+    apply_all(&store, &first, &mut applied, &mut parts, 1 << 20);
+    let forged = numbered(&["evil"], 1 << 62);
+    assert!(check_sequence(&forged, applied).is_err());
+    let next = numbered(&["b"], 2);
+    check_sequence(&next, applied).expect("the master's next record");
+    apply_all(&store, &next, &mut applied, &mut parts, 1 << 20);
+    assert_eq!(applied, 2);
+    assert!(stored(&store, b"b").is_some());
+    assert!(stored(&store, b"evil").is_none());
 }
