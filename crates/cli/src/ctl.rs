@@ -29,6 +29,16 @@ pub struct CtlArgs {
         env = "CELLCACHE_CLUSTER__SECRET_FILE"
     )]
     cluster_secret_file: Option<String>,
+    /// The cells' auth file (`serve -Y`): ctl logs in with its first user:password when a
+    /// cell wants a login.
+    #[arg(
+        short = 'Y',
+        long,
+        global = true,
+        value_name = "FILE",
+        env = "CELLCACHE_SERVER__AUTH_FILE"
+    )]
+    auth_file: Option<String>,
     #[command(subcommand)]
     command: CtlCommand,
 }
@@ -70,10 +80,28 @@ enum SecretCommand {
     },
 }
 
-/// Sends one extension command and returns the reply (up to `END` or one line).
-pub fn command(server: &str, line: &str) -> anyhow::Result<String> {
+/// The text login of the auth file at `path` (its first user:password a login can carry).
+fn login_of(path: Option<&str>) -> anyhow::Result<Option<Vec<u8>>> {
+    let Some(credentials) = cellcache_node::credentials::Credentials::load(path.unwrap_or(""))?
+    else {
+        return Ok(None);
+    };
+    let login = credentials.login().with_context(|| {
+        format!(
+            "the auth file {} has no user:password without spaces to log in with",
+            credentials.path()
+        )
+    })?;
+    Ok(Some(login.to_vec()))
+}
+
+/// Sends one extension command (after `login`, if the cell wants one) and returns the reply
+/// (up to `END` or one line).
+pub fn command(server: &str, line: &str, login: Option<&[u8]>) -> anyhow::Result<String> {
     let mut s = TcpStream::connect(server).with_context(|| format!("connecting to {server}"))?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    cellcache_node::credentials::log_in(&mut s, login)
+        .with_context(|| format!("logging in to {server}"))?;
     write!(s, "{line}\r\n")?;
     let mut r = BufReader::new(s);
     let mut out = String::new();
@@ -98,13 +126,18 @@ pub fn command(server: &str, line: &str) -> anyhow::Result<String> {
 
 /// Sends a command that changes the ring to the cell at client address `server`: with the
 /// ring's secret, to its peer port after proving the secret; without, to its client port.
-fn ring_command(server: &str, line: &str, secret_file: Option<&str>) -> anyhow::Result<String> {
+fn ring_command(
+    server: &str,
+    line: &str,
+    secret_file: Option<&str>,
+    login: Option<&[u8]>,
+) -> anyhow::Result<String> {
     use cellcache_node::cluster::handshake;
     let Some(secret) = handshake::load_secret(secret_file.unwrap_or(""))? else {
-        return command(server, line);
+        return command(server, line, login);
     };
     let timeout = Duration::from_secs(30);
-    let peer = cellcache_node::cluster::peer_address_of(server, timeout)?;
+    let peer = cellcache_node::cluster::peer_address_of(server, timeout, login)?;
     let wire = cellcache_node::config::NodeConfig::default().cluster.wire;
     Ok(handshake::operator_call(
         &peer, &secret, &wire, line, timeout,
@@ -114,14 +147,16 @@ fn ring_command(server: &str, line: &str, secret_file: Option<&str>) -> anyhow::
 pub fn run(args: CtlArgs) -> anyhow::Result<()> {
     let server = &args.server;
     let secret = args.cluster_secret_file.as_deref();
+    let login = login_of(args.auth_file.as_deref())?;
+    let login = login.as_deref();
     let reply = match &args.command {
-        CtlCommand::Status => command(server, "cluster status")?,
-        CtlCommand::Ranges => command(server, "cluster ranges")?,
+        CtlCommand::Status => command(server, "cluster status", login)?,
+        CtlCommand::Ranges => command(server, "cluster ranges", login)?,
         CtlCommand::Leave { cell } => {
-            ring_command(server, &format!("cluster leave {cell}"), secret)?
+            ring_command(server, &format!("cluster leave {cell}"), secret, login)?
         }
         CtlCommand::Split { cell, new } => {
-            command(new, &format!("cluster invite {server} {cell}"))?
+            command(new, &format!("cluster invite {server} {cell}"), login)?
         }
         CtlCommand::Secret {
             command: SecretCommand::New { path },
@@ -330,17 +365,19 @@ impl Drop for Children {
 }
 
 /// Waits until cell `n` (client `port`) answers on its own port and the ring's status, as
-/// seen through `first`, lists `expected` cells, all active, this one among them. Fails at
-/// once if the cell's process exits or a signal arrives.
+/// seen through `first` (after `login`, when the cells want one), lists `n` cells, all
+/// active, this one among them. Fails at once if the cell's process exits or a signal
+/// arrives.
 fn wait_cell_up(
     first: &str,
     n: u16,
     port: u16,
-    expected: usize,
+    login: Option<&[u8]>,
     child: &mut Child,
     stop: &std::sync::mpsc::Receiver<()>,
     timeout: Duration,
 ) -> anyhow::Result<String> {
+    let expected = usize::from(n);
     let me = format!("client=127.0.0.1:{port} ");
     let deadline = Instant::now() + timeout;
     loop {
@@ -351,8 +388,8 @@ fn wait_cell_up(
             stop.try_recv().is_err(),
             "interrupted while cell {n} was starting"
         );
-        let own = command(&format!("127.0.0.1:{port}"), "cluster status");
-        if let (Ok(_), Ok(s)) = (own, command(first, "cluster status")) {
+        let own = command(&format!("127.0.0.1:{port}"), "cluster status", login);
+        if let (Ok(_), Ok(s)) = (own, command(first, "cluster status", login)) {
             let cells: Vec<&str> = s.lines().filter(|l| l.starts_with("CELL")).collect();
             let all_active = cells.iter().all(|l| l.contains(" active "));
             let listed = cells
@@ -369,6 +406,23 @@ fn wait_cell_up(
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// The auth file `serve_args` name (`-Y FILE`, `-YFILE`, `--auth-file FILE`,
+/// `--auth-file=FILE`; the last one wins, as clap takes it).
+fn auth_file_in(serve_args: &[String]) -> Option<String> {
+    let mut found = None;
+    let mut args = serve_args.iter();
+    while let Some(a) = args.next() {
+        if a == "-Y" || a == "--auth-file" {
+            found = args.next().cloned();
+        } else if let Some(v) = a.strip_prefix("--auth-file=") {
+            found = Some(v.to_string());
+        } else if let Some(v) = a.strip_prefix("-Y") {
+            found = Some(v.to_string());
+        }
+    }
+    found
 }
 
 /// The client and peer ports of a cell must be free before it starts: a cell that finds its
@@ -478,6 +532,12 @@ fn up(
         cells: Vec::new(),
     };
     let first = format!("127.0.0.1:{base_port}");
+    // The cells' auth file, if the serve flags or the environment give one: watching the
+    // ring form needs its login.
+    let auth_file =
+        auth_file_in(serve_args).or_else(|| std::env::var("CELLCACHE_SERVER__AUTH_FILE").ok());
+    let login = login_of(auth_file.as_deref())?;
+    let login = login.as_deref();
     let result = (|| -> anyhow::Result<String> {
         let mut status = String::new();
         for i in 0..cells {
@@ -503,7 +563,7 @@ fn up(
             let pid = child.id();
             children.cells.push((n, port, child));
             let (_, _, child) = children.cells.last_mut().expect("just pushed");
-            status = wait_cell_up(&first, n, port, usize::from(n), child, &stop, start_timeout)?;
+            status = wait_cell_up(&first, n, port, login, child, &stop, start_timeout)?;
             record.cells.push((n, port, pid));
             std::fs::write(&run_file, record.render())
                 .with_context(|| format!("writing {}", run_file.display()))?;
@@ -592,4 +652,22 @@ fn down(base_port: u16, timeout: Duration, run_file: &Path) -> anyhow::Result<()
             .join(" ")
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_auth_file_of_serve_flags() {
+        let of = |args: &[&str]| {
+            let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+            auth_file_in(&args)
+        };
+        assert_eq!(of(&["-m", "64"]), None);
+        assert_eq!(of(&["-Y", "/a"]).as_deref(), Some("/a"));
+        assert_eq!(of(&["-Y/a"]).as_deref(), Some("/a"));
+        assert_eq!(of(&["--auth-file", "/b", "-v"]).as_deref(), Some("/b"));
+        assert_eq!(of(&["-Y", "/a", "--auth-file=/c"]).as_deref(), Some("/c"));
+    }
 }

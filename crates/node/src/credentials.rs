@@ -170,22 +170,55 @@ impl Credentials {
     }
 }
 
-/// Logs `stream` in with `login` (a text login) when there is one: sends it and reads the
-/// `STORED` that accepts it. The caller has set the stream's read timeout.
+/// Logs `stream` (a text connection to a cell's client port) in with `login`, when there is
+/// one and the cell wants one: a `version` first tells, so a cell that takes no login never
+/// gets the password as an ordinary `set` to store. A refused login is a `PermissionDenied`
+/// error. The caller has set the stream's read timeout.
 pub fn log_in(stream: &mut std::net::TcpStream, login: Option<&[u8]>) -> std::io::Result<()> {
+    use cellcache_proto::lines;
     let Some(login) = login else {
         return Ok(());
     };
+    stream.write_all(b"version\r\n")?;
+    let line = read_line(stream)?;
+    if line.starts_with(b"VERSION ") {
+        return Ok(());
+    }
+    if line != lines::CLIENT_ERROR_UNAUTHENTICATED {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "unexpected answer to version: {}",
+                String::from_utf8_lossy(&line).trim_end()
+            ),
+        ));
+    }
     stream.write_all(login)?;
-    let mut reply = [0u8; cellcache_proto::lines::STORED.len()];
-    stream.read_exact(&mut reply)?;
-    if reply != cellcache_proto::lines::STORED {
+    if read_line(stream)? != lines::STORED {
         return Err(std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
             "the cell refused this cell's login (the first user:password of its auth file)",
         ));
     }
     Ok(())
+}
+
+/// One reply line, `\r\n` included, read a byte at a time (nothing past it is taken from
+/// the stream); at most 1 KiB.
+fn read_line(stream: &mut std::net::TcpStream) -> std::io::Result<Vec<u8>> {
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while !line.ends_with(b"\n") {
+        if line.len() >= 1024 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "reply line too long",
+            ));
+        }
+        stream.read_exact(&mut byte)?;
+        line.push(byte[0]);
+    }
+    Ok(line)
 }
 
 #[cfg(test)]

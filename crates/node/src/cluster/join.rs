@@ -109,15 +109,27 @@ pub enum AttemptError {
 
 impl AttemptError {
     /// The ring refused this cell for a reason a retry cannot change: its secret (a proof
-    /// that failed, a peer that wants none or another) or a client error (a ring with a
-    /// secret asked without one).
+    /// that failed, a peer that wants none or another), its login (another auth file) or a
+    /// client error (a ring with a secret asked without one).
     fn is_final(&self) -> bool {
+        let denied = |e: &std::io::Error| e.kind() == std::io::ErrorKind::PermissionDenied;
         match self {
             AttemptError::Refused(_) => true,
             AttemptError::Call(c) => c.is_final(),
+            AttemptError::Io(e) | AttemptError::Status(StatusError::Io { source: e, .. }) => {
+                denied(e)
+            }
             _ => false,
         }
     }
+}
+
+/// How this cell calls the cell it joins through: the ring's secret and frame limits (for
+/// its peer port) and the login its client port may want (`server.auth_file`).
+pub(super) struct Calling<'a> {
+    pub secret: Option<&'a Secret>,
+    pub wire: &'a WireConfig,
+    pub login: Option<&'a [u8]>,
 }
 
 /// Why a cell's `cluster status` did not give its peer address.
@@ -147,8 +159,7 @@ pub(super) fn join_ring(
     parent: Option<&CellId>,
     timeout_ms: u64,
     shutdown: &cellcache_io::Shutdown,
-    secret: Option<&Secret>,
-    wire: &WireConfig,
+    calling: &Calling<'_>,
 ) -> Result<ClusterMap, JoinError> {
     let deadline = Instant::now() + Duration::from_millis(timeout_ms * 10);
     let abandoned = || JoinError::Abandoned {
@@ -159,7 +170,7 @@ pub(super) fn join_ring(
         source,
     };
     loop {
-        match try_join(join, me, parent, timeout_ms, shutdown, secret, wire) {
+        match try_join(join, me, parent, timeout_ms, shutdown, calling) {
             Ok(m) => return Ok(m),
             Err(_) if shutdown.is_triggered() => return Err(abandoned()),
             // A wrong or missing secret does not fix itself: say so at once.
@@ -220,31 +231,35 @@ fn try_join(
     parent: Option<&CellId>,
     timeout_ms: u64,
     shutdown: &cellcache_io::Shutdown,
-    secret: Option<&Secret>,
-    wire: &WireConfig,
+    calling: &Calling<'_>,
 ) -> Result<ClusterMap, AttemptError> {
     let timeout = Duration::from_millis(timeout_ms * 5);
     let parent = parent.map(|p| format!(" {p}")).unwrap_or_default();
     let line = format!("cluster join {} {}{parent}", me.client, me.peer);
-    let buf = match secret {
+    let buf = match calling.secret {
         Some(secret) => {
-            let peer = peer_address_of(join, timeout)?;
-            handshake::operator_call(&peer, secret, wire, &line, timeout)?.into_bytes()
+            let peer = peer_address_of(join, timeout, calling.login)?;
+            handshake::operator_call(&peer, secret, calling.wire, &line, timeout)?.into_bytes()
         }
-        None => client_port_join(join, &line, timeout, shutdown)?,
+        None => client_port_join(join, &line, timeout, shutdown, calling.login)?,
     };
     parse_joined(&buf)
 }
 
 /// The peer address of the cell whose client address is `client`, from its `cluster status`
-/// (its `SELF` id's `CELL` line).
-pub fn peer_address_of(client: &str, timeout: Duration) -> Result<String, StatusError> {
+/// (its `SELF` id's `CELL` line), asked after `login` if the cell wants one.
+pub fn peer_address_of(
+    client: &str,
+    timeout: Duration,
+    login: Option<&[u8]>,
+) -> Result<String, StatusError> {
     let io = |source| StatusError::Io {
         client: client.to_string(),
         source,
     };
     let mut s = TcpStream::connect(client).map_err(io)?;
     s.set_read_timeout(Some(timeout)).map_err(io)?;
+    crate::credentials::log_in(&mut s, login).map_err(io)?;
     s.write_all(b"cluster status\r\n").map_err(io)?;
     let mut text = String::new();
     let mut chunk = [0u8; 4096];
@@ -283,14 +298,18 @@ pub fn peer_address_of(client: &str, timeout: Duration) -> Result<String, Status
         })
 }
 
-/// `cluster join` on the client port of `join`: its whole reply.
+/// `cluster join` on the client port of `join` (after `login` if it wants one): its whole
+/// reply.
 fn client_port_join(
     join: &str,
     line: &str,
     timeout: Duration,
     shutdown: &cellcache_io::Shutdown,
+    login: Option<&[u8]>,
 ) -> Result<Vec<u8>, AttemptError> {
     let mut s = TcpStream::connect(join)?;
+    s.set_read_timeout(Some(timeout))?;
+    crate::credentials::log_in(&mut s, login)?;
     write!(s, "{line}\r\n")?;
     let mut buf = Vec::new();
     read_until(&mut s, &mut buf, timeout, shutdown, |b| b.contains(&b'\n'))?;

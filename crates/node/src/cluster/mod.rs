@@ -224,12 +224,16 @@ impl Cluster {
         }
         // A first cell restarted with its original command line rejoins its ring, if that is
         // still alive, instead of starting a second one (see `restart`).
+        // A cell whose clients log in logs in itself where it calls another cell's client
+        // port (its `cluster status`), with its own auth file's first entry.
+        let login = cell.credentials.as_ref().and_then(|c| c.login());
         let rejoin = if join.is_empty() {
             let file = restart::file_path(&config.state_dir, &address.client);
             restart::ring_to_rejoin(
                 file.as_deref(),
                 &address,
                 Duration::from_millis(config.request_timeout_ms),
+                login,
             )?
         } else {
             None
@@ -252,8 +256,11 @@ impl Cluster {
                 parent,
                 config.request_timeout_ms,
                 &cell.shutdown,
-                secret.as_ref(),
-                &config.wire,
+                &join::Calling {
+                    secret: secret.as_ref(),
+                    wire: &config.wire,
+                    login,
+                },
             )?;
             let me = map
                 .cells()

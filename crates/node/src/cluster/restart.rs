@@ -161,7 +161,7 @@ enum Answer {
     Silent,
 }
 
-fn ask(client: &str, ring: &str, timeout: Duration) -> Answer {
+fn ask(client: &str, ring: &str, timeout: Duration, login: Option<&[u8]>) -> Answer {
     use std::io::{BufRead, BufReader, Write};
     let Ok(addr) = client.parse::<std::net::SocketAddr>() else {
         return Answer::Other;
@@ -172,6 +172,12 @@ fn ask(client: &str, ring: &str, timeout: Duration) -> Answer {
         Err(_) => return Answer::Silent,
     };
     let _ = s.set_read_timeout(Some(timeout));
+    match crate::credentials::log_in(&mut s, login) {
+        Ok(()) => {}
+        // Not a cell of this ring's auth file: not one to rejoin through.
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return Answer::Other,
+        Err(_) => return Answer::Silent,
+    }
     if s.write_all(b"cluster status\r\n").is_err() {
         return Answer::Silent;
     }
@@ -192,11 +198,13 @@ fn ask(client: &str, ring: &str, timeout: Duration) -> Answer {
 
 /// For a cell started without `--join`: the client address of a live cell of the ring its
 /// membership file names, to join through; `None` to bootstrap (no file, every listed
-/// address refuses or belongs to another ring, or none answers within `wait`).
+/// address refuses or belongs to another ring, or none answers within `wait`). `login` is
+/// this cell's own (`server.auth_file`), for cells that want one.
 pub fn ring_to_rejoin(
     path: Option<&Path>,
     me: &CellAddress,
     wait: Duration,
+    login: Option<&[u8]>,
 ) -> Result<Option<String>, MembershipFileError> {
     let Some(path) = path else { return Ok(None) };
     let Some(m) = load(path)? else {
@@ -214,7 +222,7 @@ pub fn ring_to_rejoin(
     loop {
         let mut silent = false;
         for c in &others {
-            match ask(c, &m.ring, per_call) {
+            match ask(c, &m.ring, per_call, login) {
                 Answer::SameRing => {
                     tracing::warn!(
                         through = %c,

@@ -154,6 +154,9 @@ impl Conn {
         let Some(credentials) = self.cell.credentials.as_ref() else {
             return false;
         };
+        if !matches!(frame.command, Command::SaslListMechs | Command::Sasl { .. }) {
+            return false;
+        }
         let reply = |status: Status, value: &[u8]| {
             let mut out = Vec::new();
             BinaryResponse {
@@ -192,7 +195,8 @@ impl Conn {
                 }
                 _ => None,
             },
-            _ => return false,
+            // Taken above: only SASL frames get here.
+            _ => None,
         };
         let ok = response
             .and_then(plain)

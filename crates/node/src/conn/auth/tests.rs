@@ -185,9 +185,12 @@ fn binary_sasl_plain_as_memcached() {
         (out[1], status(&out), body(&out)),
         (0x21, 0, &b"Authenticated"[..])
     );
-    // Served now.
-    let (out, _) = feed(&mut conn, &frame(0x0a, b"", b""));
-    assert_eq!((out[1], status(&out)), (0x0a, 0));
+    // Served now, and stays so (a served frame does not touch the gate).
+    for _ in 0..2 {
+        let (out, p) = feed(&mut conn, &frame(0x0a, b"", b""));
+        assert_eq!((out[1], status(&out)), (0x0a, 0));
+        assert!(!p.close);
+    }
     let c = cell.counters.snapshot();
     assert_eq!((c.auth_cmds, c.auth_errors), (2, 1));
 }
