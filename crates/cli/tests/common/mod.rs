@@ -19,6 +19,38 @@ pub struct Server {
     child: Child,
     /// Under `CELLCACHE_TEST_RING`: the other cells of the ring this one is the entry of.
     ring: Vec<Server>,
+    /// The text login of the server's `-Y` auth file (its first entry), used by the
+    /// harness's own requests ([`Server::admin`]); `None` without `-Y`.
+    pub login: Option<Vec<u8>>,
+}
+
+/// A new auth file (`user:password` lines) of mode 0600 in the temp directory; its path.
+pub fn auth_file(text: &str) -> String {
+    use std::os::unix::fs::PermissionsExt as _;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let path = std::env::temp_dir().join(format!(
+        "cellcache-test-auth-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+/// memcached's text login for `user` and `password`: a `set` whose data is "user password".
+pub fn login(user: &str, password: &str) -> Vec<u8> {
+    let token = format!("{user} {password}");
+    format!("set auth 0 0 {}\r\n{token}\r\n", token.len()).into_bytes()
+}
+
+/// The login of the first entry of the auth file that `extra` names with `-Y`.
+fn login_in(extra: &[&str]) -> Option<Vec<u8>> {
+    let path = extra.windows(2).find(|w| w[0] == "-Y")?[1];
+    let text = std::fs::read_to_string(path).ok()?;
+    let (user, password) = text.lines().next()?.split_once(':')?;
+    Some(login(user, password))
 }
 
 /// `CELLCACHE_TEST_RING=N` runs every single-server suite through one cell of a ring of
@@ -139,6 +171,7 @@ impl Server {
                 addr: SocketAddr::from(([127, 0, 0, 1], port)),
                 child,
                 ring: Vec::new(),
+                login: login_in(extra),
             };
             if server.wait_ready() {
                 return server;
@@ -187,6 +220,7 @@ impl Server {
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
             child,
             ring: Vec::new(),
+            login: login_in(extra),
         };
         let ready = server.wait_ready();
         (server, ready)
@@ -210,22 +244,40 @@ impl Server {
             if let Ok(Some(_)) = self.child.try_wait() {
                 return false; // exited: port taken or bad flags
             }
-            // A text `version`, or a binary one (a server started with `-B binary`).
+            // A text `version` (after the login under -Y), or a binary one (a server started
+            // with `-B binary`; version needs no SASL authentication either).
             let mut binary_version = vec![0x80, 0x0b];
             binary_version.resize(24, 0);
+            let login = self.login.clone().unwrap_or_default();
+            let text_probe = [&login[..], b"version\r\n"].concat();
+            let text_answer = [
+                if login.is_empty() {
+                    &b""[..]
+                } else {
+                    b"STORED\r\n"
+                },
+                b"VERSION ",
+            ]
+            .concat();
             let probes: [(&[u8], &[u8]); 2] = [
-                (b"version\r\n", b"VERSION "),
+                (&text_probe, &text_answer),
                 (&binary_version, &[0x81, 0x0b]),
             ];
-            for (probe, answer) in probes {
+            for (i, (probe, answer)) in probes.into_iter().enumerate() {
                 if let Ok(mut c) = TcpStream::connect(self.addr) {
                     c.set_read_timeout(Some(REPLY_TIMEOUT)).unwrap();
                     if c.write_all(probe).is_ok() {
                         let mut buf = [0u8; 64];
-                        if let Ok(n) = c.read(&mut buf) {
-                            if buf[..n].starts_with(answer) {
-                                return self.answering_is_mine(probe == b"version\r\n");
+                        let mut n = 0;
+                        // The login's reply and the version's may come in two reads.
+                        while n < answer.len() {
+                            match c.read(&mut buf[n..]) {
+                                Ok(got) if got > 0 => n += got,
+                                _ => break,
                             }
+                        }
+                        if buf[..n].starts_with(answer) {
+                            return self.answering_is_mine(i == 0);
                         }
                     }
                 }
@@ -247,7 +299,8 @@ impl Server {
             return false;
         };
         c.set_read_timeout(Some(REPLY_TIMEOUT)).unwrap();
-        if c.write_all(b"stats\r\n").is_err() {
+        let login = self.login.clone().unwrap_or_default();
+        if c.write_all(&[&login[..], b"stats\r\n"].concat()).is_err() {
             return false;
         }
         let mut reply = Vec::new();
@@ -263,8 +316,19 @@ impl Server {
             .any(|l| l.strip_prefix("STAT pid ") == Some(mine.as_str()))
     }
 
+    /// A new connection, not logged in.
     pub fn connect(&self) -> Client {
         Client::to(self.addr)
+    }
+
+    /// A new connection, logged in with the first entry of the server's `-Y` file (if any):
+    /// the harness's own requests (`cluster status`, stats) go through it.
+    pub fn admin(&self) -> Client {
+        let mut c = self.connect();
+        if let Some(login) = &self.login {
+            c.roundtrip(login, b"STORED\r\n");
+        }
+        c
     }
 
     /// Sends SIGTERM and waits for the process to exit; returns its exit status.
@@ -533,7 +597,7 @@ impl Ring {
 
     /// Sends one `cluster …` command to cell `i` and returns its one-line reply.
     pub fn command(&self, i: usize, line: &str) -> String {
-        let mut c = self.cells[i].connect();
+        let mut c = self.cells[i].admin();
         c.send(format!("{line}\r\n").as_bytes());
         c.line()
     }
@@ -562,7 +626,7 @@ impl Ring {
 
     /// `cluster status` through cell `i`, without the END line.
     pub fn status(&self, i: usize) -> Vec<String> {
-        let mut c = self.cells[i].connect();
+        let mut c = self.cells[i].admin();
         c.send(b"cluster status\r\n");
         c.lines_until_end()
     }
@@ -600,7 +664,7 @@ impl Ring {
 
     /// `cluster ranges` of cell `i`: (role, owner id, count) per line, and the TOTAL.
     pub fn ranges(&self, i: usize) -> (Vec<(String, String, u64)>, u64) {
-        let mut c = self.cells[i].connect();
+        let mut c = self.cells[i].admin();
         c.send(b"cluster ranges\r\n");
         let mut rows = Vec::new();
         let mut total = 0;

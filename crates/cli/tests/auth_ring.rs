@@ -1,0 +1,230 @@
+//! Client authentication through a ring whose every cell has the same `-Y` file: the entry
+//! cell checks the client; the requests it forwards to a key's master travel between cells
+//! (proven by the ring's secret) and are not checked again, so an authenticated client is
+//! served on any cell for keys mastered anywhere, in text and in binary. Cells log in to
+//! each other's client ports where they call them (joining, rejoining, `ctl`), and a cell
+//! with another auth file cannot join.
+
+mod binary_wire;
+mod common;
+
+use binary_wire::*;
+use common::{Client, Ring, Server, auth_file, login};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const USERS: &str = "alice:secret\nbob:hunter2\n";
+const KEYS: usize = 48;
+
+fn key(i: usize) -> String {
+    format!("akey{i}")
+}
+
+/// A fresh ring secret (`cellcache ctl secret new`).
+fn secret_file() -> String {
+    let path = format!("{}.secret", auth_file(""));
+    let out = Command::new(env!("CARGO_BIN_EXE_cellcache"))
+        .args(["ctl", "secret", "new", &path])
+        .output()
+        .expect("ctl secret new runs");
+    assert!(out.status.success(), "{out:?}");
+    path
+}
+
+fn logged_in(s: &Server, user: &str, password: &str) -> Client {
+    let mut c = s.connect();
+    c.roundtrip(&login(user, password), b"STORED\r\n");
+    c
+}
+
+#[test]
+fn an_authenticated_client_is_served_on_every_cell_for_keys_mastered_elsewhere() {
+    if common::is_memcached() {
+        return;
+    }
+    let users = auth_file(USERS);
+    let secret = secret_file();
+    // With a secret, joining cells ask the first cell's client port for its peer address:
+    // they log in for it.
+    let ring = Ring::start(
+        3,
+        &["-m", "32", "-Y", &users, "--cluster-secret-file", &secret],
+    );
+    let masters: Vec<usize> = (0..KEYS).map(|i| ring.master_of(&key(i))).collect();
+    for cell in 0..3 {
+        assert!(masters.contains(&cell), "a key of cell {cell}: {masters:?}");
+    }
+    // Text writes through every cell: a third of the keys each, most mastered elsewhere.
+    for (cell, server) in ring.cells.iter().enumerate() {
+        let mut c = logged_in(server, "alice", "secret");
+        for i in (cell..KEYS).step_by(3) {
+            let v = format!("t{i}");
+            let set = format!("set {} 0 0 {}\r\n{v}\r\n", key(i), v.len());
+            c.roundtrip(set.as_bytes(), b"STORED\r\n");
+        }
+    }
+    // Every key read back through every cell, in text and in binary.
+    for (cell, server) in ring.cells.iter().enumerate() {
+        let mut t = logged_in(server, "bob", "hunter2");
+        let mut b = server.connect();
+        let r = call(&mut b, &sasl_plain("bob", "hunter2", 1));
+        assert_eq!((r.status, r.value.as_slice()), (OK, &b"Authenticated"[..]));
+        for i in 0..KEYS {
+            let want = format!("t{i}");
+            assert_eq!(
+                t.get_value(&key(i)),
+                Some(want.clone()),
+                "{} via {cell}",
+                key(i)
+            );
+            let r = call(&mut b, &get(GET, key(i).as_bytes(), 2 + i as u32));
+            assert_eq!(
+                (r.status, r.value),
+                (OK, want.into_bytes()),
+                "binary via {cell}"
+            );
+        }
+    }
+    // Binary writes through every cell are forwarded too.
+    for (cell, server) in ring.cells.iter().enumerate() {
+        let mut b = server.connect();
+        assert_eq!(call(&mut b, &sasl_plain("alice", "secret", 1)).status, OK);
+        for i in (cell..KEYS).step_by(3) {
+            let r = call(&mut b, &set(key(i).as_bytes(), b"b", 0, 100 + i as u32, 0));
+            assert_eq!(r.status, OK, "binary set of {} via {cell}", key(i));
+        }
+    }
+    for (cell, server) in ring.cells.iter().enumerate() {
+        let mut t = logged_in(server, "alice", "secret");
+        for i in 0..KEYS {
+            assert_eq!(t.get_value(&key(i)).as_deref(), Some("b"), "via {cell}");
+        }
+        // A client that did not log in is refused here, before anything is forwarded.
+        let mut anon = server.connect();
+        for i in [0, 1, 2] {
+            anon.roundtrip(
+                format!("get {}\r\n", key(i)).as_bytes(),
+                b"CLIENT_ERROR unauthenticated\r\n",
+            );
+        }
+        let mut anon = server.connect();
+        let r = call(&mut anon, &get(GET, key(0).as_bytes(), 7));
+        assert_eq!(r.status, AUTH_ERROR);
+    }
+}
+
+/// Runs `cellcache` with `args` to its end (bounded), returning its status and stderr.
+fn run(args: &[&str]) -> (std::process::ExitStatus, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cellcache"))
+        .args(args)
+        .env("CELLCACHE_CLUSTER__STATE_DIR", "off")
+        .env("CELLCACHE_LOG__LEVEL", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cellcache runs");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("cellcache {args:?} did not end");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("output");
+    let text =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    (out.status, text)
+}
+
+fn free_port() -> String {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string()
+}
+
+/// A cell whose auth file the ring does not accept, or that has none, does not join: it
+/// says why and exits; the ring keeps its one cell.
+#[test]
+fn a_cell_without_the_rings_login_cannot_join() {
+    if common::is_memcached() {
+        return;
+    }
+    let ring = Ring::start(1, &["-m", "16", "-Y", &auth_file(USERS)]);
+    let join = ring.cells[0].addr.to_string();
+    let other = auth_file("mallory:guess\n");
+    for (extra, expected) in [
+        (vec!["-Y", other.as_str()], "refused this cell's login"),
+        (vec![], "CLIENT_ERROR unauthenticated"),
+    ] {
+        let port = free_port();
+        let mut args = vec!["serve", "-l", "127.0.0.1", "-p", &port, "-m", "16"];
+        args.extend(["--join", &join]);
+        args.extend(extra);
+        let (status, text) = run(&args);
+        assert!(!status.success(), "{args:?} {status}: {text}");
+        assert!(text.contains(expected), "{args:?}: {text}");
+        // No password in what it says ("secret" is in the warning about the ring's).
+        assert!(
+            !text.contains("guess") && !text.contains("hunter2"),
+            "{text}"
+        );
+    }
+    ring.wait_formed(1);
+}
+
+/// `ctl` logs in with `--auth-file` (or `CELLCACHE_SERVER__AUTH_FILE`); without it the
+/// cell refuses the command.
+#[test]
+fn ctl_logs_in_with_the_auth_file() {
+    if common::is_memcached() {
+        return;
+    }
+    let users = auth_file(USERS);
+    let ring = Ring::start(1, &["-m", "16", "-Y", &users]);
+    let addr = ring.cells[0].addr.to_string();
+    let (status, text) = run(&["ctl", "-s", &addr, "--auth-file", &users, "status"]);
+    assert!(status.success() && text.contains("CELL "), "{text}");
+    let (status, text) = run(&["ctl", "-s", &addr, "status"]);
+    assert!(!status.success(), "{text}");
+    assert!(text.contains("CLIENT_ERROR unauthenticated"), "{text}");
+}
+
+/// A ring's first cell restarted with its command line rejoins through its old ring's
+/// cells, asking them with its login whether they are still its ring.
+#[test]
+fn a_restarted_first_cell_logs_in_to_rejoin() {
+    if common::is_memcached() {
+        return;
+    }
+    let users = auth_file(USERS);
+    let mut ring = Ring::start(3, &["-m", "16", "-Y", &users]);
+    let status = ring.status(0);
+    let me = status
+        .iter()
+        .find(|l| l.starts_with("CELL ") && l.contains(&format!("client={} ", ring.cells[0].addr)))
+        .expect("cell 0 in the map");
+    let peer = me
+        .split(' ')
+        .find_map(|w| w.strip_prefix("peer="))
+        .and_then(|a| a.rsplit_once(':'))
+        .map(|(_, p)| p.to_string())
+        .expect("peer address");
+    let mut c = logged_in(&ring.cells[1], "alice", "secret");
+    c.roundtrip(b"set kept 0 0 1\r\nk\r\n", b"STORED\r\n");
+    let old_id = ring.id(0);
+    let port = ring.cells[0].addr.port();
+    ring.cells[0].kill9();
+    let args = ["-m", "16", "-Y", &users, "--peer-port", &peer];
+    let (restarted, ready) = Server::restart_on(port, &args, None);
+    assert!(ready, "the restarted cell serves");
+    ring.cells[0] = restarted;
+    ring.wait_formed(3);
+    assert_ne!(ring.id(0), old_id, "it rejoined as a new cell");
+    let mut c = logged_in(&ring.cells[0], "bob", "hunter2");
+    assert_eq!(c.get_value("kept").as_deref(), Some("k"));
+}
