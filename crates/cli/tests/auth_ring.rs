@@ -203,17 +203,7 @@ fn a_restarted_first_cell_logs_in_to_rejoin() {
     }
     let users = auth_file(USERS);
     let mut ring = Ring::start(3, &["-m", "16", "-Y", &users]);
-    let status = ring.status(0);
-    let me = status
-        .iter()
-        .find(|l| l.starts_with("CELL ") && l.contains(&format!("client={} ", ring.cells[0].addr)))
-        .expect("cell 0 in the map");
-    let peer = me
-        .split(' ')
-        .find_map(|w| w.strip_prefix("peer="))
-        .and_then(|a| a.rsplit_once(':'))
-        .map(|(_, p)| p.to_string())
-        .expect("peer address");
+    let peer = ring.peer_port(0);
     let mut c = logged_in(&ring.cells[1], "alice", "secret");
     c.roundtrip(b"set kept 0 0 1\r\nk\r\n", b"STORED\r\n");
     let old_id = ring.id(0);

@@ -27,17 +27,7 @@ fn ring_with_keys() -> (Ring, Vec<String>) {
             b"STORED\r\n",
         );
     }
-    let status = ring.status(0);
-    let me = status
-        .iter()
-        .find(|l| l.starts_with("CELL ") && l.contains(&format!("client={} ", ring.cells[0].addr)))
-        .expect("cell 0 in the map");
-    let peer = me
-        .split(' ')
-        .find_map(|w| w.strip_prefix("peer="))
-        .and_then(|a| a.rsplit_once(':'))
-        .map(|(_, p)| p.to_string())
-        .expect("peer address");
+    let peer = ring.peer_port(0);
     let args = ["-m", "32", "--peer-port", &peer]
         .map(String::from)
         .to_vec();

@@ -589,6 +589,23 @@ impl Ring {
         self.cells.len() - 1
     }
 
+    /// The peer port of cell `i`, from its `CELL` line in cell 0's status (for a restart on
+    /// the same ports).
+    pub fn peer_port(&self, i: usize) -> String {
+        let status = self.status(0);
+        let me = status
+            .iter()
+            .find(|l| {
+                l.starts_with("CELL ") && l.contains(&format!("client={} ", self.cells[i].addr))
+            })
+            .expect("the cell in the map");
+        me.split(' ')
+            .find_map(|w| w.strip_prefix("peer="))
+            .and_then(|a| a.rsplit_once(':'))
+            .map(|(_, p)| p.to_string())
+            .expect("peer address")
+    }
+
     /// The id cell `i` has in the ring (`SELF` of its status).
     pub fn id(&self, i: usize) -> String {
         let status = self.status(i);

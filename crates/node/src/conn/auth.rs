@@ -202,19 +202,13 @@ impl Conn {
             .and_then(plain)
             .is_some_and(|(user, password)| credentials.check(user, password));
         self.authenticated(ok);
-        if ok {
+        let answer = if ok {
             self.auth.continued = false;
-            self.emit(reply(Status::NoError, AUTHENTICATED), output);
+            reply(Status::NoError, AUTHENTICATED)
         } else {
-            let mut out = Vec::new();
-            write_error(
-                &mut out,
-                frame.opcode.code(),
-                Status::AuthError,
-                frame.opaque,
-            );
-            self.emit(out, output);
-        }
+            reply(Status::AuthError, Status::AuthError.message().as_bytes())
+        };
+        self.emit(answer, output);
         true
     }
 
