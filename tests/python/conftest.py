@@ -4,7 +4,13 @@ By default the `cellcache` binary built by cargo (target/debug/cellcache, or $CE
 with CELLCACHE_TEST_SERVER=memcached, Debian's memcached — the suites must pass against both.
 With CELLCACHE_TEST_RING=N (N >= 2), every test talks to one cell (the second) of a ring of
 N cellcache processes: a ring must answer exactly as one memcached does.
+
+A server started with `-Y FILE` wants a login (memcached's text login, `set` with the data
+"user password"): the harness's own requests (readiness, ring status) log in with the file's
+first entry. A binary-only server (`-B binary`: memcached -S) is ready once it answers a
+binary `version`, which needs no SASL authentication.
 """
+import glob
 import os
 import socket
 import subprocess
@@ -12,6 +18,15 @@ import time
 import urllib.request
 
 import pytest
+
+# pylibmc's wheel bundles a Cyrus libsasl2 that looks for its mechanism plugins where CentOS
+# keeps them (/usr/lib64/sasl2); Debian's are in the multiarch directory (libsasl2-modules).
+# libsasl2 reads SASL_PATH when pylibmc initialises it, so this must precede any import of
+# pylibmc (test_auth.py authenticates with SASL PLAIN through it).
+for _plugins in glob.glob("/usr/lib/*/sasl2") + ["/usr/lib64/sasl2", "/usr/lib/sasl2"]:
+    if glob.glob(os.path.join(_plugins, "libplain.so*")):
+        os.environ.setdefault("SASL_PATH", _plugins)
+        break
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 READY_TIMEOUT_S = 20
@@ -24,11 +39,27 @@ def ring_size():
     return max(1, int(os.environ.get("CELLCACHE_TEST_RING", "1")))
 
 
-def server_env():
+def server_env(extra_env=None):
     env = dict(os.environ)
     # Test cells keep no membership file (a later test on the same port must not rejoin).
     env["CELLCACHE_CLUSTER__STATE_DIR"] = "off"
+    env.update(extra_env or {})
     return env
+
+
+def login_line(user, password):
+    """memcached's text login: a set whose data is "user password"."""
+    token = f"{user} {password}".encode()
+    return b"set auth 0 0 %d\r\n%s\r\n" % (len(token), token)
+
+
+def login_of(extra):
+    """The login of the first entry of the auth file `extra` names with -Y, or b""."""
+    if "-Y" not in extra:
+        return b""
+    with open(extra[extra.index("-Y") + 1]) as f:
+        user, password = f.readline().rstrip("\r\n").split(":", 1)
+    return login_line(user, password)
 
 
 def free_port(host="127.0.0.1"):
@@ -51,16 +82,20 @@ def server_command(host, port, extra):
     return [binary, "serve", "-l", host, "-p", str(port)] + engine_args + extra
 
 
-def request(host, port, line):
-    """Sends one line and reads the reply up to END (a bounded read)."""
+def request(host, port, line, login=b""):
+    """Sends one line (after `login`, if any) and reads the reply up to END (bounded)."""
     with socket.create_connection((host, port), timeout=5) as s:
-        s.sendall(line)
+        s.sendall(login + line)
         data = b""
         while not data.endswith(b"END\r\n"):
             chunk = s.recv(65536)
             if not chunk:
                 break
             data += chunk
+        if login:
+            if not data.startswith(b"STORED\r\n"):
+                return ""
+            data = data[len(b"STORED\r\n"):]
         return data.decode()
 
 
@@ -82,35 +117,48 @@ def ring_formed(host, admin_ports, n):
     return len(set(views)) == 1
 
 
-def answering_pid(host, port):
+def answering_pid(host, port, login=b""):
     """The pid `stats` reports on host:port, or None."""
-    for line in request(host, port, b"stats\r\n").split("\r\n"):
+    for line in request(host, port, b"stats\r\n", login).split("\r\n"):
         if line.startswith("STAT pid "):
             return int(line.split(" ")[2])
     return None
 
 
-def wait_ready(proc, host, port):
+def answers_binary_version(host, port):
+    """A binary `version` (allowed before SASL authentication) is answered."""
+    with socket.create_connection((host, port), timeout=5) as s:
+        s.sendall(b"\x80\x0b" + bytes(22))
+        return s.recv(2) == b"\x81\x0b"
+
+
+def wait_ready(proc, host, port, login=b"", binary=False):
     """Our child answers on host:port. A free port found earlier may have been taken by
     another process meanwhile (our child then fails to bind and exits): the server that
-    answers must be ours, which its `stats` pid tells."""
+    answers must be ours, which its `stats` pid tells (a binary-only server is taken at its
+    word while our child runs)."""
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             return False
         try:
-            if answering_pid(host, port) == proc.pid:
+            if binary:
+                if answers_binary_version(host, port):
+                    return proc.poll() is None
+            elif answering_pid(host, port, login) == proc.pid:
                 return True
         except (OSError, ValueError):
-            time.sleep(0.02)
+            pass
+        time.sleep(0.02)
     return False
 
 
 class OneServer:
     """One process on host; on `port` if given (one try), else on a free port (five tries)."""
 
-    def __init__(self, extra, host="127.0.0.1", port=None):
+    def __init__(self, extra, host="127.0.0.1", port=None, env=None):
         self.host = host
+        login, binary = login_of(extra), "binary" in extra
         for _ in range(1 if port else 5):
             self.port = port or free_port(host)
             # cellcache's admin plane (HTTP) on a port of its own: the ring's status
@@ -119,9 +167,10 @@ class OneServer:
             if os.environ.get("CELLCACHE_TEST_SERVER") != "memcached":
                 self.admin_port = free_port(host)
                 args += ["--admin-listen", host, "--admin-port", str(self.admin_port)]
-            self.proc = subprocess.Popen(server_command(host, self.port, args), env=server_env(),
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            if wait_ready(self.proc, host, self.port):
+            self.proc = subprocess.Popen(server_command(host, self.port, args),
+                                         env=server_env(env), stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL)
+            if wait_ready(self.proc, host, self.port, login, binary):
                 return
             self.stop()
         raise RuntimeError(f"server did not start on {host}:{port or 'a free port'}")
@@ -138,10 +187,10 @@ class RunningServer:
     Clients talk to `entry` (the ring's second cell), on `entry_port` if given.
     """
 
-    def __init__(self, extra, host="127.0.0.1", entry_port=None):
+    def __init__(self, extra, host="127.0.0.1", entry_port=None, env=None):
         n = ring_size()
-        if n < 2:
-            self.cells = [OneServer(extra, host, entry_port)]
+        if n < 2 or "binary" in extra:
+            self.cells = [OneServer(extra, host, entry_port, env)]
             self.entry = self.cells[0]
             return
         self.cells = []
@@ -153,7 +202,7 @@ class RunningServer:
                 else:
                     args = extra + ["--peer-port", str(free_port(host)),
                                     "--join", f"{host}:{first_peer}"]
-                self.cells.append(OneServer(args, host, entry_port if i == 1 else None))
+                self.cells.append(OneServer(args, host, entry_port if i == 1 else None, env))
                 ports = [c.admin_port for c in self.cells]
                 deadline = time.monotonic() + FORM_TIMEOUT_S
                 while not ring_formed(host, ports, i + 1):
@@ -193,8 +242,8 @@ def server():
 def server_factory():
     started = []
 
-    def start(extra):
-        s = RunningServer(extra)
+    def start(extra, env=None):
+        s = RunningServer(extra, env=env)
         started.append(s)
         return s
 

@@ -22,6 +22,7 @@ const KEYS: &[(&str, &str)] = &[
     ("max_reqs_per_event", "server.requests_per_event_max"),
     ("detail_delimiter", "server.detail_delimiter"),
     ("protocol", "server.binding_protocol"),
+    ("auth_file", "server.auth_file"),
     ("extended", ""),
     ("io_engine", "server.io_engine"),
     ("idle_timeout", "io.idle_timeout_secs"),
@@ -69,6 +70,9 @@ fn default_of(id: &str, key: &str, defaults: &toml::Table) -> String {
             return "$XDG_STATE_HOME/cellcache or ~/.local/state/cellcache".into();
         }
         "join" if config.cluster.join.is_empty() => return "none: bootstrap a ring of one".into(),
+        "auth_file" if config.server.auth_file.is_empty() => {
+            return "none: clients need no login".into();
+        }
         "cluster_secret_file" if config.cluster.secret_file.is_empty() => {
             return "none: the peer port is open (docs/security.md)".into();
         }

@@ -62,6 +62,11 @@ pub struct ServeArgs {
     /// Protocol: auto (by each connection's first byte), ascii or binary (memcached -B).
     #[arg(short = 'B', long, value_name = "PROTOCOL")]
     pub protocol: Option<BindingProtocol>,
+    /// File of user:password lines (memcached -Y): clients must log in first — text ones as
+    /// memcached -Y (`set <any> 0 0 <n>` with the data "<user> <password>"), binary ones with
+    /// SASL PLAIN — and nothing else is served until they do. Every cell of a ring needs it.
+    #[arg(short = 'Y', long, value_name = "FILE")]
+    pub auth_file: Option<String>,
     /// memcached's extended options, comma-separated, repeatable (-o idle_timeout=10,modern).
     /// Applied: idle_timeout=N (io.idle_timeout_secs); modern, no_modern and maxconns_fast
     /// (already how cellcache behaves). Accepted, checked as memcached checks them, and
@@ -209,6 +214,9 @@ impl ServeArgs {
         }
         if let Some(p) = self.protocol {
             c.server.binding_protocol = p;
+        }
+        if let Some(path) = &self.auth_file {
+            c.server.auth_file = path.clone();
         }
         if let Some(d) = self.detail_delimiter {
             // As memcached's -D: sets the delimiter and turns the counts on.
@@ -483,6 +491,10 @@ mod tests {
         assert!(c.server.detail_enabled);
         assert_eq!(c.server.detail_delimiter, '/');
         assert!(!serve(&[]).unwrap().0.server.detail_enabled);
+        // -Y names the auth file (read when the cell starts).
+        let (c, _) = serve(&["-Y", "/etc/cellcache/auth"]).unwrap();
+        assert_eq!(c.server.auth_file, "/etc/cellcache/auth");
+        assert!(serve(&[]).unwrap().0.server.auth_file.is_empty());
         // Unknown flags still fail with a usage message.
         let err = serve(&["-Z"]).unwrap_err().to_string();
         assert!(err.contains("Usage"), "{err}");

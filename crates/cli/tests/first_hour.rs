@@ -88,6 +88,48 @@ fn config_errors_are_one_line_naming_the_path_as_typed_without_backtrace() {
     }
 }
 
+/// A bad auth file (`-Y`) stops the start with one line naming the file as typed and the
+/// line at fault, never a password; a file others may read is used, with a warning.
+#[test]
+fn auth_file_errors_are_one_line_and_a_readable_file_is_a_warning() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = scratch_dir("auth");
+    std::fs::write(dir.join("bad"), "alice:secret\nbob\n").unwrap();
+    std::fs::write(dir.join("empty"), "\n").unwrap();
+    for (path, expected) in [
+        ("missing", "reading the auth file missing"),
+        ("bad", "the auth file bad, line 2: no ':'"),
+        ("empty", "the auth file empty has no user:password line"),
+    ] {
+        let mut cmd = cellcache();
+        cmd.current_dir(&dir)
+            .args(["serve", "--standalone", "-p", "0", "-m", "8", "-Y", path]);
+        let line = one_error_line(&run(cmd));
+        assert!(line.contains(expected), "{path}: {line}");
+        assert!(!line.contains("secret"), "{line}");
+    }
+    let readable = dir.join("readable");
+    std::fs::write(&readable, "alice:secret\n").unwrap();
+    std::fs::set_permissions(&readable, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let log = dir.join("cell.log");
+    let child = cellcache()
+        .args(["serve", "--standalone", "-p", "0", "-m", "8", "-Y"])
+        .arg(&readable)
+        .env("CELLCACHE_LOG__LEVEL", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let _cell = KillOnDrop(child);
+    wait_for_log(&log, "listening");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("auth file is readable by other users"),
+        "{text}"
+    );
+    assert!(!text.contains("secret"), "{text}");
+}
+
 #[test]
 fn an_invalid_flag_value_says_the_cause_once() {
     let mut cmd = cellcache();
@@ -161,8 +203,8 @@ fn a_memory_limit_above_the_machine_is_a_clear_error_not_an_abort() {
     }
 }
 
-/// A loopback port nobody listens on now, whose next two ports and their peer ports
-/// (+10000) are free too (room for a `cluster up` of up to three cells).
+/// A loopback port nobody listens on now, whose next two ports and their peer (+10000) and
+/// admin (+20000) ports are free too (room for a `cluster up` of up to three cells).
 fn free_cell_port() -> u16 {
     for _ in 0..500 {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -171,7 +213,9 @@ fn free_cell_port() -> u16 {
             .unwrap()
             .port();
         let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
-        if port < 55_000 && (0..3).all(|i| free(port + i) && free(port + i + 10_000)) {
+        if port < 45_000
+            && (0..3).all(|i| free(port + i) && free(port + i + 10_000) && free(port + i + 20_000))
+        {
             return port;
         }
     }

@@ -35,6 +35,9 @@ pub struct Cell {
     /// The ring's figures for `stats cellcache`, set once the cell is a ring member. The
     /// cell knows nothing else of the ring: the ring module, above it, sets this hook.
     pub ring_figures: OnceLock<Arc<dyn RingFigures>>,
+    /// The users clients log in as (`server.auth_file`, memcached `-Y`); `None`: clients
+    /// need no login. Set before the engine starts.
+    pub credentials: Option<crate::credentials::Credentials>,
 }
 
 /// What a ring member adds to `stats cellcache` (its `cluster_*` lines).
@@ -64,6 +67,7 @@ impl Cell {
             started: Instant::now(),
             started_unix: unix_now_secs(),
             ring_figures: OnceLock::new(),
+            credentials: None,
         }
     }
 

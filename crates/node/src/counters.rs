@@ -58,6 +58,8 @@ counters!(
     touch_misses,
     store_too_large,
     store_no_memory,
+    auth_cmds,
+    auth_errors,
     protocol_errors,
     conn_yields,
 );

@@ -18,6 +18,7 @@ pub mod config;
 pub mod conn;
 pub mod conns;
 pub mod counters;
+pub mod credentials;
 pub mod detail;
 pub mod local;
 pub mod memory;
@@ -38,6 +39,8 @@ pub enum StartError {
     Config(#[from] config::ConfigError),
     #[error(transparent)]
     Memory(#[from] memory::DoesNotFit),
+    #[error(transparent)]
+    AuthFile(#[from] credentials::AuthFileError),
     #[error("binding the client port {addr}")]
     Bind {
         addr: SocketAddr,
@@ -93,6 +96,8 @@ impl Node {
         }
         config.validate()?;
         memory::check_fits(config.store.memory_limit_bytes)?;
+        // Before anything is allocated or bound: a bad auth file is a one-line error.
+        let credentials = credentials::Credentials::load(&config.server.auth_file)?;
         let limits = config.protocol_limits();
         let c = &config.cluster;
         let repl = cluster::repl::Replicator::new(cluster::repl::ReplPolicy {
@@ -128,7 +133,9 @@ impl Node {
         );
         let addrs = config.server.addrs();
         let engine_config = config.io.clone();
-        let cell = Arc::new(Cell::new(config, store, limits, shutdown.clone()));
+        let mut cell = Cell::new(config, store, limits, shutdown.clone());
+        cell.credentials = credentials;
+        let cell = Arc::new(cell);
         // The ring first: the client port opens once this cell knows what it owns.
         let ring = if cell.config.cluster.enabled && cell.config.cluster.standby {
             tracing::info!("standby: waiting for `ctl split` to bring this cell into a ring");

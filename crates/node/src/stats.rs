@@ -241,9 +241,10 @@ fn general(cell: &Cell, now: u32, out: &mut Vec<u8>) {
     stat(out, "touch_misses", c.touch_misses);
     stat(out, "store_too_large", c.store_too_large);
     stat(out, "store_no_memory", c.store_no_memory);
-    // No SASL.
-    stat(out, "auth_cmds", 0);
-    stat(out, "auth_errors", 0);
+    // Logins (text) and SASL authentications, as memcached counts them: each checked
+    // attempt, and those that failed.
+    stat(out, "auth_cmds", c.auth_cmds);
+    stat(out, "auth_errors", c.auth_errors);
     if cell.config.io.idle_timeout_secs > 0 {
         // As memcached: only with an idle timeout.
         stat(out, IDLE_KICKS, e.idle_kicks);
@@ -353,9 +354,21 @@ fn settings(cell: &Cell, out: &mut Vec<u8>) {
     stat(out, "tcpport", c.server.port);
     stat(out, "udpport", 0);
     stat(out, "inter", &c.server.listen);
-    // No unix socket and no SASL in cellcache: memcached's values when they are off.
+    // No unix socket in cellcache: memcached's value when it is off.
     stat(out, "domain_socket", "NULL");
-    stat(out, "auth_enabled_sasl", "no");
+    // One auth file (-Y) serves both: SASL on binary connections, the login on text ones;
+    // memcached names the file, as here.
+    let auth = cell.credentials.as_ref();
+    stat(
+        out,
+        "auth_enabled_sasl",
+        if auth.is_some() { "yes" } else { "no" },
+    );
+    stat(
+        out,
+        "auth_enabled_ascii",
+        auth.map_or("no", crate::credentials::Credentials::path),
+    );
     stat(out, "num_threads", c.io.worker_threads());
     stat(
         out,

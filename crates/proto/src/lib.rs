@@ -9,7 +9,8 @@
 //! [`write_value_header`] / [`write_meta_header`] so values are copied once,
 //! straight from the store into the output buffer.
 //!
-//! The binary protocol (magic `0x80`) has its own codec in [`binary`].
+//! The binary protocol (magic `0x80`) has its own codec in [`binary`]; client
+//! authentication (memcached's text login, SASL PLAIN's response) is in [`auth`].
 //!
 //! Every reply line the server sends verbatim is a constant in [`lines`].
 //!
@@ -29,6 +30,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod auth;
 pub mod binary;
 mod decode;
 mod error;

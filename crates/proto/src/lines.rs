@@ -71,6 +71,14 @@ lines! {
     CLIENT_ERROR_BAD_COMMAND_LINE = "CLIENT_ERROR bad command line";
     /// `stats cachedump` of a class id memcached does not have.
     CLIENT_ERROR_ILLEGAL_SLAB_ID = "CLIENT_ERROR Illegal slab id";
+    /// Any request but a login before a connection authenticated (memcached `-Y`).
+    CLIENT_ERROR_UNAUTHENTICATED = "CLIENT_ERROR unauthenticated";
+    /// A login with a wrong user or password.
+    CLIENT_ERROR_AUTHENTICATION_FAILURE = "CLIENT_ERROR authentication failure";
+    /// A login whose data block is not `<user> <password>`.
+    CLIENT_ERROR_BAD_AUTHENTICATION_TOKEN = "CLIENT_ERROR bad authentication token format";
+    /// A login whose data block does not end where its length says.
+    CLIENT_ERROR_BAD_COMMAND_LINE_TERMINATION = "CLIENT_ERROR bad command line termination";
 
     /// cellcache's own: `cache_memlimit` above the arena allocated at start.
     CLIENT_ERROR_MEMLIMIT_ABOVE_ARENA =

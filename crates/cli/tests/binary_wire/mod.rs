@@ -36,6 +36,9 @@ pub const VERBOSITY: u8 = 0x1b;
 pub const TOUCH: u8 = 0x1c;
 pub const GAT: u8 = 0x1d;
 pub const GATQ: u8 = 0x1e;
+pub const SASL_LIST_MECHS: u8 = 0x20;
+pub const SASL_AUTH: u8 = 0x21;
+pub const SASL_STEP: u8 = 0x22;
 pub const GATK: u8 = 0x23;
 pub const GATKQ: u8 = 0x24;
 
@@ -46,6 +49,8 @@ pub const E2BIG: u16 = 0x03;
 pub const EINVAL: u16 = 0x04;
 pub const NOT_STORED: u16 = 0x05;
 pub const DELTA_BADVAL: u16 = 0x06;
+pub const AUTH_ERROR: u16 = 0x20;
+pub const AUTH_CONTINUE: u16 = 0x21;
 pub const UNKNOWN_COMMAND: u16 = 0x81;
 
 /// One request packet.
@@ -93,6 +98,12 @@ pub fn set(key: &[u8], value: &[u8], flags: u32, opaque: u32, cas: u64) -> Vec<u
 
 pub fn get(opcode: u8, key: &[u8], opaque: u32) -> Vec<u8> {
     request(opcode, &[], key, &[], opaque, 0)
+}
+
+/// SASL PLAIN authentication (`SASL_AUTH`, mechanism `PLAIN`, `NUL user NUL password`).
+pub fn sasl_plain(user: &str, password: &str, opaque: u32) -> Vec<u8> {
+    let data = format!("\0{user}\0{password}");
+    request(SASL_AUTH, &[], b"PLAIN", data.as_bytes(), opaque, 0)
 }
 
 /// One response packet, owned.

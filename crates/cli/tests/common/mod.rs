@@ -23,6 +23,38 @@ pub struct Server {
     child: Child,
     /// Under `CELLCACHE_TEST_RING`: the other cells of the ring this one is the entry of.
     ring: Vec<Server>,
+    /// The text login of the server's `-Y` auth file (its first entry), used by the
+    /// harness's own requests ([`Server::admin`]); `None` without `-Y`.
+    pub login: Option<Vec<u8>>,
+}
+
+/// A new auth file (`user:password` lines) of mode 0600 in the temp directory; its path.
+pub fn auth_file(text: &str) -> String {
+    use std::os::unix::fs::PermissionsExt as _;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let path = std::env::temp_dir().join(format!(
+        "cellcache-test-auth-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+/// memcached's text login for `user` and `password`: a `set` whose data is "user password".
+pub fn login(user: &str, password: &str) -> Vec<u8> {
+    let token = format!("{user} {password}");
+    format!("set auth 0 0 {}\r\n{token}\r\n", token.len()).into_bytes()
+}
+
+/// The login of the first entry of the auth file that `extra` names with `-Y`.
+fn login_in(extra: &[&str]) -> Option<Vec<u8>> {
+    let path = extra.windows(2).find(|w| w[0] == "-Y")?[1];
+    let text = std::fs::read_to_string(path).ok()?;
+    let (user, password) = text.lines().next()?.split_once(':')?;
+    Some(login(user, password))
 }
 
 /// `CELLCACHE_TEST_RING=N` runs every single-server suite through one cell of a ring of
@@ -200,6 +232,7 @@ impl Server {
                 admin_token: admin_token_in(extra),
                 child,
                 ring: Vec::new(),
+                login: login_in(extra),
             };
             if server.wait_ready() {
                 return server;
@@ -250,6 +283,7 @@ impl Server {
             admin_token: admin_token_in(extra),
             child,
             ring: Vec::new(),
+            login: login_in(extra),
         };
         let ready = server.wait_ready();
         (server, ready)
@@ -273,22 +307,40 @@ impl Server {
             if let Ok(Some(_)) = self.child.try_wait() {
                 return false; // exited: port taken or bad flags
             }
-            // A text `version`, or a binary one (a server started with `-B binary`).
+            // A text `version` (after the login under -Y), or a binary one (a server started
+            // with `-B binary`; version needs no SASL authentication either).
             let mut binary_version = vec![0x80, 0x0b];
             binary_version.resize(24, 0);
+            let login = self.login.clone().unwrap_or_default();
+            let text_probe = [&login[..], b"version\r\n"].concat();
+            let text_answer = [
+                if login.is_empty() {
+                    &b""[..]
+                } else {
+                    b"STORED\r\n"
+                },
+                b"VERSION ",
+            ]
+            .concat();
             let probes: [(&[u8], &[u8]); 2] = [
-                (b"version\r\n", b"VERSION "),
+                (&text_probe, &text_answer),
                 (&binary_version, &[0x81, 0x0b]),
             ];
-            for (probe, answer) in probes {
+            for (i, (probe, answer)) in probes.into_iter().enumerate() {
                 if let Ok(mut c) = TcpStream::connect(self.addr) {
                     c.set_read_timeout(Some(REPLY_TIMEOUT)).unwrap();
                     if c.write_all(probe).is_ok() {
                         let mut buf = [0u8; 64];
-                        if let Ok(n) = c.read(&mut buf) {
-                            if buf[..n].starts_with(answer) {
-                                return self.answering_is_mine(probe == b"version\r\n");
+                        let mut n = 0;
+                        // The login's reply and the version's may come in two reads.
+                        while n < answer.len() {
+                            match c.read(&mut buf[n..]) {
+                                Ok(got) if got > 0 => n += got,
+                                _ => break,
                             }
+                        }
+                        if buf[..n].starts_with(answer) {
+                            return self.answering_is_mine(i == 0);
                         }
                     }
                 }
@@ -310,7 +362,8 @@ impl Server {
             return false;
         };
         c.set_read_timeout(Some(REPLY_TIMEOUT)).unwrap();
-        if c.write_all(b"stats\r\n").is_err() {
+        let login = self.login.clone().unwrap_or_default();
+        if c.write_all(&[&login[..], b"stats\r\n"].concat()).is_err() {
             return false;
         }
         let mut reply = Vec::new();
@@ -326,9 +379,20 @@ impl Server {
             .any(|l| l.strip_prefix("STAT pid ") == Some(mine.as_str()))
     }
 
+    /// A new connection, not logged in.
     pub fn connect(&self) -> Client {
         let mut c = Client::to(self.addr);
         c.admin = self.admin;
+        c
+    }
+
+    /// A new connection, logged in with the first entry of the server's `-Y` file (if any):
+    /// the harness's own requests (stats, readiness) go through it.
+    pub fn logged_in(&self) -> Client {
+        let mut c = self.connect();
+        if let Some(login) = &self.login {
+            c.roundtrip(login, b"STORED\r\n");
+        }
         c
     }
 
@@ -612,6 +676,23 @@ impl Ring {
         args.extend(["--standby", "--peer-port", &peer]);
         self.cells.push(Server::start_with_env(&args, env));
         self.cells.len() - 1
+    }
+
+    /// The peer port of cell `i`, from its `CELL` line in cell 0's status (for a restart on
+    /// the same ports).
+    pub fn peer_port(&self, i: usize) -> String {
+        let status = self.status(0);
+        let me = status
+            .iter()
+            .find(|l| {
+                l.starts_with("CELL ") && l.contains(&format!("client={} ", self.cells[i].addr))
+            })
+            .expect("the cell in the map");
+        me.split(' ')
+            .find_map(|w| w.strip_prefix("peer="))
+            .and_then(|a| a.rsplit_once(':'))
+            .map(|(_, p)| p.to_string())
+            .expect("peer address")
     }
 
     /// The id cell `i` has in the ring (`SELF` of its status).

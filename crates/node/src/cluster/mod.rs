@@ -227,6 +227,14 @@ impl Cluster {
                 "no cluster secret (cluster.secret_file, --cluster-secret-file): anyone who \
                  reaches the peer port can act as a cell of this ring; see docs/security.md"
             );
+            if cell.credentials.is_some() {
+                // Forwarded requests are not checked against client logins: the peer port
+                // is a way around them unless the ring's secret guards it.
+                tracing::warn!(
+                    "client logins (server.auth_file, -Y) without a cluster secret: a forged \
+                     cell on the peer port reaches every key without one"
+                );
+            }
         }
         // A first cell restarted with its original command line rejoins its ring, if that is
         // still alive, instead of starting a second one (see `restart`).

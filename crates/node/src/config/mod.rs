@@ -238,6 +238,11 @@ pub struct ServerConfig {
     /// `stats` as `conn_yields`, and is served again after the other ready connections, so
     /// one pipelining client cannot starve the rest.
     pub requests_per_event_max: u32,
+    /// File of `user:password` lines (memcached `-Y`): clients must log in before anything
+    /// else — text connections with memcached's login (`set <any> 0 0 <n>` whose data is
+    /// `<user> <password>`), binary ones with SASL PLAIN — and are refused until they do.
+    /// Read once at start; a malformed file stops the start. Empty: no authentication.
+    pub auth_file: String,
 }
 
 /// memcached's `-B`: the protocol(s) a client connection may speak.
@@ -428,6 +433,7 @@ impl Default for ServerConfig {
             detail_delimiter: ':',
             detail_prefixes_max: 10_000,
             requests_per_event_max: 20,
+            auth_file: String::new(),
         }
     }
 }

@@ -15,6 +15,10 @@
 //! frames run through the same [`Conn::run`] as text requests, so both share the store,
 //! the ring's routing, replication, stats and this reply order.
 //!
+//! With an auth file (memcached `-Y`) every request passes the connection's [`auth::Gate`]
+//! first: until the client has logged in (text) or authenticated with SASL (binary), only
+//! the login gets through; the rest is refused as memcached refuses it.
+//!
 //! The discard debt survives between batches: after a rejected storage command, memcached
 //! swallows the announced data block, which may arrive over several reads. Counters are
 //! folded into the cell's totals once per batch.
@@ -26,6 +30,7 @@
 //! (a long multi-get taken in batches, replies waiting on the ring in the queue) carries on
 //! unchanged on the next call.
 
+mod auth;
 pub mod binary;
 
 use crate::cell::Cell;
@@ -64,6 +69,7 @@ impl Service for ClientService {
             skip_line: false,
             wire: Wire::Undecided,
             requests_this_event: 0,
+            auth: auth::Gate::new(self.cell.credentials.is_some()),
         }
     }
 }
@@ -119,6 +125,8 @@ pub struct Conn {
     /// Requests started in the current `on_input` call, against
     /// `server.requests_per_event_max` (memcached's `-R`).
     requests_this_event: u32,
+    /// Whether the client may be served yet (`server.auth_file`).
+    auth: auth::Gate,
 }
 
 impl Conn {
@@ -462,6 +470,12 @@ impl Conn {
             return self.end_batch(output, p);
         }
         while self.next_request(input, output, budget, &mut p) {
+            if !self.auth.is_open() {
+                match self.text_login(input, output, &mut p) {
+                    auth::Next::Continue => continue,
+                    auth::Next::Wait => break,
+                }
+            }
             let rest = &input[p.consumed..];
             if self.skip_line {
                 match rest.iter().position(|&b| b == b'\n') {

@@ -66,8 +66,8 @@ impl Header {
 
 macro_rules! opcodes {
     ($($(#[$doc:meta])* $name:ident = $code:literal,)*) => {
-        /// The commands cellcache serves (memcached's `protocol_binary_command`, less SASL
-        /// and the never-implemented range/multiply commands).
+        /// The commands cellcache serves (memcached's `protocol_binary_command`, less the
+        /// never-implemented range/multiply commands).
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         pub enum Opcode {
             $($(#[$doc])* $name = $code,)*
@@ -151,6 +151,13 @@ opcodes! {
     Gat = 0x1d,
     /// Quiet get and touch.
     GatQ = 0x1e,
+    /// The SASL mechanisms the server offers (a space-separated list as the value).
+    SaslListMechs = 0x20,
+    /// Start a SASL authentication: the mechanism is the key, the client's first response
+    /// the value.
+    SaslAuth = 0x21,
+    /// Continue a SASL authentication the server answered "continue".
+    SaslStep = 0x22,
     /// Get and touch, with the key in the reply.
     GatK = 0x23,
     /// Quiet get and touch with the key.
@@ -234,7 +241,7 @@ macro_rules! statuses {
             }
 
             /// The text memcached puts in the body of an error response with this status
-            /// (empty for success).
+            /// (empty for success, and for "continue", whose body is a SASL challenge).
             pub const fn message(self) -> &'static str {
                 match self {
                     $(Status::$name => $message,)*
@@ -259,6 +266,12 @@ statuses! {
     ItemNotStored = 0x0005 => "Not stored.",
     /// `incr`/`decr` of a value that is not a decimal number.
     NonNumeric = 0x0006 => "Non-numeric server-side value for incr or decr",
+    /// Authentication failed, or a command before authentication (memcached closes the
+    /// connection after the latter).
+    AuthError = 0x0020 => "Auth failure.",
+    /// SASL: the mechanism needs another step (`SaslStep`); the value is the server's
+    /// challenge (empty for PLAIN).
+    AuthContinue = 0x0021 => "",
     /// Unknown opcode.
     UnknownCommand = 0x0081 => "Unknown command",
     /// The store has no memory for the item.

@@ -17,8 +17,8 @@ mod response;
 
 pub use header::{HEADER_BYTES, Header, MAGIC_REQUEST, MAGIC_RESPONSE, Opcode, Status};
 pub use request::{
-    BinaryError, BinaryParsed, Command, Frame, FrameError, NO_CREATE_EXPTIME, frame_bytes_max,
-    parse_request,
+    BinaryError, BinaryParsed, Command, Frame, FrameError, NO_CREATE_EXPTIME, SASL_DATA_BYTES_MAX,
+    SASL_MECHANISM_BYTES_MAX, frame_bytes_max, parse_request,
 };
 pub use response::{
     BinaryResponse, ParsedResponse, ResponseError, ResponseHead, parse_response, write_error,

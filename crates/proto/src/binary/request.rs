@@ -15,6 +15,8 @@
 //! | unknown opcode | `0x81` | skip the body, carry on |
 //! | extras/key/body lengths the opcode does not take | `0x04` | close |
 //! | storage value over `value_bytes_max` | `0x03` | swallow the value, carry on |
+//! | SASL mechanism over [`SASL_MECHANISM_BYTES_MAX`] | `0x04` | swallow the data, carry on |
+//! | SASL data over [`SASL_DATA_BYTES_MAX`] (cellcache's bound) | `0x20` | swallow it, carry on |
 
 use super::header::{HEADER_BYTES, Header, MAGIC_REQUEST, Opcode, Status};
 use crate::Discard;
@@ -22,6 +24,15 @@ use crate::limits::Limits;
 
 /// Expiration meaning "do not create" in an increment/decrement request.
 pub const NO_CREATE_EXPTIME: u32 = 0xffff_ffff;
+
+/// Longest SASL mechanism name (memcached's `MAX_SASL_MECH_LEN`); a longer one is
+/// "invalid arguments".
+pub const SASL_MECHANISM_BYTES_MAX: usize = 32;
+
+/// Most bytes of a SASL request's data (the client's response). PLAIN's is an identity, a
+/// user and a password; memcached bounds a password database line at 256 bytes. Longer
+/// data is refused as an authentication failure without being buffered.
+pub const SASL_DATA_BYTES_MAX: usize = 1024;
 
 /// One request: its opcode (which carries the quiet and with-key variants), the opaque
 /// to echo, the CAS to compare (0 = none) and the command's fields.
@@ -114,6 +125,15 @@ pub enum Command<'a> {
     Version,
     /// `QUIT`, `QUITQ`.
     Quit,
+    /// `SASL_LIST_MECHS`.
+    SaslListMechs,
+    /// `SASL_AUTH` (start) and `SASL_STEP` (continue).
+    Sasl {
+        /// The mechanism's name (the key), e.g. `PLAIN`.
+        mechanism: &'a [u8],
+        /// The client's response (the value); for PLAIN `[authzid] NUL user NUL password`.
+        data: &'a [u8],
+    },
 }
 
 /// Outcome of [`parse_request`].
@@ -153,6 +173,12 @@ pub enum FrameError {
     /// A storage command's value is larger than the limit.
     #[error("value of {0} bytes is larger than the limit")]
     ValueTooLarge(usize),
+    /// A SASL mechanism name longer than [`SASL_MECHANISM_BYTES_MAX`].
+    #[error("SASL mechanism of {0} bytes is longer than the limit")]
+    MechanismTooLong(u16),
+    /// SASL data longer than [`SASL_DATA_BYTES_MAX`].
+    #[error("SASL data of {0} bytes is longer than the limit")]
+    SaslDataTooLong(usize),
 }
 
 /// A rejected request: what to answer and how to resynchronise (like the text protocol's
@@ -238,7 +264,9 @@ fn lengths_fit(opcode: Opcode, h: &Header) -> bool {
         O::Stat => body == key,
         // Extras only.
         O::Flush | O::FlushQ | O::Verbosity => key == 0 && body == ext,
-        O::Noop | O::Version | O::Quit | O::QuitQ => body == 0,
+        O::Noop | O::Version | O::Quit | O::QuitQ | O::SaslListMechs => body == 0,
+        // The mechanism, then any data.
+        O::SaslAuth | O::SaslStep => key > 0,
     }
 }
 
@@ -319,6 +347,35 @@ pub fn parse_request<'a>(buf: &'a [u8], limits: &Limits) -> BinaryParsed<'a> {
     }
     let value_len = body - ext - key_len;
     let head_len = HEADER_BYTES + ext + key_len;
+    if matches!(opcode, Opcode::SaslAuth | Opcode::SaslStep) {
+        // As memcached: a long mechanism is refused once read, its data swallowed; long
+        // data (cellcache's bound) is refused before it is buffered.
+        let refusal = if key_len > SASL_MECHANISM_BYTES_MAX {
+            Some((
+                FrameError::MechanismTooLong(h.key_len),
+                Status::InvalidArguments,
+            ))
+        } else if value_len > SASL_DATA_BYTES_MAX {
+            Some((FrameError::SaslDataTooLong(value_len), Status::AuthError))
+        } else {
+            None
+        };
+        if let Some((kind, status)) = refusal {
+            if buf.len() < head_len {
+                return BinaryParsed::Incomplete;
+            }
+            return BinaryParsed::Error(BinaryError {
+                kind,
+                status: Some(status),
+                opcode: h.opcode,
+                opaque: h.opaque,
+                consumed: head_len,
+                swallow: value_len,
+                close: false,
+                failed_set_key: None,
+            });
+        }
+    }
     // The item as memcached counts it (key, value, flags from a set's extras), once the
     // head is here; a value over any item's bound is refused even before.
     let item_too_large = |head: &[u8]| {
@@ -388,6 +445,11 @@ pub fn parse_request<'a>(buf: &'a [u8], limits: &Limits) -> BinaryParsed<'a> {
         O::Noop => Command::Noop,
         O::Version => Command::Version,
         O::Quit | O::QuitQ => Command::Quit,
+        O::SaslListMechs => Command::SaslListMechs,
+        O::SaslAuth | O::SaslStep => Command::Sasl {
+            mechanism: key,
+            data: value,
+        },
     };
     BinaryParsed::Complete {
         frame: Frame {
@@ -446,7 +508,10 @@ impl Frame<'_> {
                 extras[..4].copy_from_slice(&level.to_be_bytes());
                 (4, b"", b"")
             }
-            Command::Noop | Command::Version | Command::Quit => (0, b"", b""),
+            Command::Noop | Command::Version | Command::Quit | Command::SaslListMechs => {
+                (0, b"", b"")
+            }
+            Command::Sasl { mechanism, data } => (0, mechanism, data),
         };
         Header {
             magic: MAGIC_REQUEST,

@@ -16,7 +16,9 @@ pub mod translate;
 use std::sync::Arc;
 
 use cellcache_io::Progress;
-use cellcache_proto::binary::{BinaryParsed, Status, parse_request, write_error_message};
+use cellcache_proto::binary::{
+    BinaryParsed, HEADER_BYTES, Status, parse_request, write_error_message,
+};
 use cellcache_proto::{Parsed, parse};
 
 use super::Conn;
@@ -65,9 +67,19 @@ impl Conn {
         let limits = self.cell.limits;
         while self.next_request(input, output, budget, p) {
             let rest = &input[p.consumed..];
+            if let Some(reply) = self.binary_refusal(rest) {
+                // Not authenticated: refused on its header, then closed (memcached).
+                self.emit(reply, output);
+                p.consumed += HEADER_BYTES;
+                self.closing = true;
+                break;
+            }
             match parse_request(rest, &limits) {
                 BinaryParsed::Complete { frame, consumed } => {
                     p.consumed += consumed;
+                    if self.sasl(&frame, output) {
+                        continue;
+                    }
                     let flow = match translate::to_text(&frame, &limits) {
                         Ok((text, shape)) => match parse(&text, &limits) {
                             Parsed::Complete { request, .. } => self.run(
@@ -107,8 +119,11 @@ impl Conn {
                 BinaryParsed::Incomplete => break,
                 BinaryParsed::Error(e) => {
                     self.counters.protocol_errors += 1;
-                    let mut reply = Vec::new();
-                    e.encode_reply(&mut reply);
+                    let reply = self.sasl_refusal(&e).unwrap_or_else(|| {
+                        let mut reply = Vec::new();
+                        e.encode_reply(&mut reply);
+                        reply
+                    });
                     self.emit(reply, output);
                     if e.status == Some(cellcache_proto::binary::Status::ValueTooLarge) {
                         self.counters.store_too_large += 1;

@@ -166,6 +166,11 @@ pub fn to_text(frame: &Frame<'_>, limits: &Limits) -> Result<(Vec<u8>, Shape), V
         Command::Noop => t.extend_from_slice(b"mn"),
         Command::Version => t.extend_from_slice(b"version"),
         Command::Quit => t.extend_from_slice(b"quit"),
+        // Answered by the session when the cell takes logins (`conn::auth`); without an
+        // auth file, as memcached without SASL: unknown.
+        Command::SaslListMechs | Command::Sasl { .. } => {
+            return Err(refuse(Status::UnknownCommand));
+        }
     }
     // The end of the command line, or of a storage command's data block.
     t.extend_from_slice(b"\r\n");
