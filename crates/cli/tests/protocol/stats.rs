@@ -262,7 +262,11 @@ fn stats_conns_lists_listeners_and_connections() {
     // list, bounded, rather than count it.
     let mut conns = asking.stats("conns");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while conns.iter().filter(|(k, _)| k.ends_with(":listen_addr")).count() > 2
+    while conns
+        .iter()
+        .filter(|(k, _)| k.ends_with(":listen_addr"))
+        .count()
+        > 2
         && std::time::Instant::now() < deadline
     {
         std::thread::sleep(std::time::Duration::from_millis(20));
