@@ -23,6 +23,7 @@ const KEYS: &[(&str, &str)] = &[
     ("detail_delimiter", "server.detail_delimiter"),
     ("protocol", "server.binding_protocol"),
     ("auth_file", "server.auth_file"),
+    ("enable_ssl", "server.tls.enabled"),
     ("extended", ""),
     ("io_engine", "server.io_engine"),
     ("idle_timeout", "io.idle_timeout_secs"),

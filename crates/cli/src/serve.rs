@@ -67,12 +67,18 @@ pub struct ServeArgs {
     /// SASL PLAIN — and nothing else is served until they do. Every cell of a ring needs it.
     #[arg(short = 'Y', long, value_name = "FILE")]
     pub auth_file: Option<String>,
+    /// Serve clients over TLS only (memcached -Z), with -o ssl_chain_cert=PEM,ssl_key=PEM
+    /// (server.tls); a client that does not speak TLS is closed.
+    #[arg(short = 'Z', long = "enable-ssl")]
+    pub enable_ssl: bool,
     /// memcached's extended options, comma-separated, repeatable (-o idle_timeout=10,modern).
-    /// Applied: idle_timeout=N (io.idle_timeout_secs); modern, no_modern and maxconns_fast
-    /// (already how cellcache behaves). Accepted, checked as memcached checks them, and
+    /// Applied: idle_timeout=N (io.idle_timeout_secs); ssl_chain_cert, ssl_key, ssl_ca_cert,
+    /// ssl_verify_mode, ssl_min_version, ssl_keyformat=1 (server.tls); modern, no_modern and
+    /// maxconns_fast (already how cellcache behaves). Accepted, checked as memcached checks them, and
     /// ignored (one log line names them): hashpower, slab_reassign, slab_automove,
     /// lru_crawler, lru_maintainer, tail_repair_time, hash_algorithm, *_logbuf_size, and the
-    /// other LRU/slab tunables. Unknown ones are refused ("Illegal suboption").
+    /// other LRU/slab tunables, ssl_ciphers, ssl_wbuf_size, ssl_session_cache,
+    /// ssl_kernel_tls. Unknown ones are refused ("Illegal suboption").
     #[arg(short = 'o', long = "extended", value_name = "OPTIONS")]
     pub extended: Vec<String>,
     /// I/O engine: auto (io_uring if the kernel allows it, else epoll), epoll, uring, threads.
@@ -218,6 +224,9 @@ impl ServeArgs {
         if let Some(path) = &self.auth_file {
             c.server.auth_file = path.clone();
         }
+        if self.enable_ssl {
+            c.server.tls.enabled = true;
+        }
         if let Some(d) = self.detail_delimiter {
             // As memcached's -D: sets the delimiter and turns the counts on.
             c.server.detail_delimiter = d;
@@ -318,6 +327,12 @@ const EXTENDED_IGNORED: &[&str] = &[
     "drop_privileges",
     "no_drop_privileges",
     "sock_cookie_id",
+    // TLS: rustls chooses its own cipher suites and buffers, keeps no session cache and
+    // has no kernel TLS offload here.
+    "ssl_ciphers",
+    "ssl_wbuf_size",
+    "ssl_session_cache",
+    "ssl_kernel_tls",
 ];
 
 /// Applies one `-o` argument (comma-separated `name[=value]` items) as memcached parses it.
@@ -332,8 +347,30 @@ fn apply_extended(c: &mut NodeConfig, spec: &str, ignored: &mut Vec<String>) -> 
             v.parse()
                 .with_context(|| format!("-o {name}={v}: not a non-negative number"))
         };
+        let text = || -> anyhow::Result<String> {
+            value
+                .filter(|v| !v.is_empty())
+                .map(str::to_string)
+                .with_context(|| format!("Missing argument for {name}"))
+        };
         match name {
             "idle_timeout" => c.io.idle_timeout_secs = number()?,
+            "ssl_chain_cert" => c.server.tls.chain_cert = text()?,
+            "ssl_key" => c.server.tls.key = text()?,
+            "ssl_ca_cert" => c.server.tls.ca_cert = text()?,
+            "ssl_min_version" => c.server.tls.min_version = text()?,
+            "ssl_verify_mode" => {
+                let mode = number()?;
+                anyhow::ensure!(
+                    mode <= 3,
+                    "Invalid ssl_verify_mode. Use help to see valid options."
+                );
+                c.server.tls.verify_mode = mode as u8;
+            }
+            "ssl_keyformat" => anyhow::ensure!(
+                number()? == 1,
+                "ssl_keyformat: cellcache reads PEM keys only (ssl_keyformat=1)"
+            ),
             _ if EXTENDED_AS_IS.contains(&name) => {}
             _ if EXTENDED_IGNORED.contains(&name) => {
                 match name {
@@ -496,7 +533,7 @@ mod tests {
         assert_eq!(c.server.auth_file, "/etc/cellcache/auth");
         assert!(serve(&[]).unwrap().0.server.auth_file.is_empty());
         // Unknown flags still fail with a usage message.
-        let err = serve(&["-Z"]).unwrap_err().to_string();
+        let err = serve(&["-9"]).unwrap_err().to_string();
         assert!(err.contains("Usage"), "{err}");
     }
 
@@ -557,6 +594,40 @@ mod tests {
             ("tail_repair_time=0", "less than 10 seconds"),
             ("hashpower", "Missing numeric argument for hashpower"),
             ("ext_path=/tmp/x:1G", "Illegal suboption"),
+        ] {
+            let err = format!("{:#}", serve(&["-o", bad]).unwrap_err());
+            assert!(err.contains(message), "-o {bad}: {err}");
+        }
+    }
+
+    /// -Z and memcached's ssl_* suboptions fill `[server.tls]`.
+    #[test]
+    fn tls_options_as_memcached() {
+        let (c, ignored) = serve(&[
+            "-Z",
+            "-o",
+            "ssl_chain_cert=/c.pem,ssl_key=/k.pem,ssl_ca_cert=/ca.pem,ssl_verify_mode=2",
+            "-o",
+            "ssl_min_version=tlsv1.3,ssl_keyformat=1,ssl_ciphers=HIGH,ssl_session_cache",
+        ])
+        .unwrap();
+        let tls = &c.server.tls;
+        assert!(tls.enabled);
+        assert_eq!(
+            (
+                tls.chain_cert.as_str(),
+                tls.key.as_str(),
+                tls.ca_cert.as_str()
+            ),
+            ("/c.pem", "/k.pem", "/ca.pem")
+        );
+        assert_eq!((tls.verify_mode, tls.min_version.as_str()), (2, "tlsv1.3"));
+        assert_eq!(ignored, ["-o ssl_ciphers=HIGH", "-o ssl_session_cache"]);
+        assert!(!serve(&[]).unwrap().0.server.tls.enabled);
+        for (bad, message) in [
+            ("ssl_verify_mode=4", "Invalid ssl_verify_mode"),
+            ("ssl_keyformat=0", "PEM keys only"),
+            ("ssl_key", "Missing argument for ssl_key"),
         ] {
             let err = format!("{:#}", serve(&["-o", bad]).unwrap_err());
             assert!(err.contains(message), "-o {bad}: {err}");

@@ -20,8 +20,8 @@
 
 use crate::request::{Expiry, RequestClock};
 use crate::{
-    Accepted, EngineConfig, EngineStats, IoError, Notify, Progress, RunningEngine, Service,
-    Session, Shutdown, TOO_MANY_CONNECTIONS,
+    Accepted, EngineConfig, EngineStats, IoError, Notify, RunningEngine, Service, Session,
+    Shutdown, TOO_MANY_CONNECTIONS,
 };
 use crossbeam_channel::{Receiver, Sender};
 use mio::net::{TcpListener, TcpStream};
@@ -224,6 +224,8 @@ struct Conn<S> {
     read_closed: bool,
     /// Unconsumed input may hold a complete request the session has not seen yet.
     unprocessed: bool,
+    /// The session holds input of its own not served yet (`Progress::buffered`, TLS).
+    held: bool,
     /// The session yielded in the last `handle`: the turn ends after the write.
     yielded: bool,
     eof: bool,
@@ -242,6 +244,11 @@ enum Next {
 impl<S: Session> Conn<S> {
     fn pending_output(&self) -> usize {
         self.output.len() - self.output_start
+    }
+
+    /// Input not served yet: unconsumed here, or held by the session.
+    fn has_input(&self) -> bool {
+        self.input_start < self.input_end || self.held
     }
 
     fn flush(&mut self, stats: &EngineStats) -> io::Result<bool> {
@@ -314,23 +321,20 @@ impl<S: Session> Conn<S> {
 
     fn handle(&mut self, config: &EngineConfig) {
         let budget = config.output_buffer_high_bytes;
-        let Progress {
-            consumed,
-            output_full,
-            close,
-            yielded,
-        } = self.session.on_input(
+        let progress = self.session.on_input(
             &self.input[self.input_start..self.input_end],
             &mut self.output,
             budget,
         );
+        let consumed = progress.consumed;
         debug_assert!(consumed <= self.input_end - self.input_start);
         self.input_start += consumed.min(self.input_end - self.input_start);
-        self.request
-            .offered(consumed, self.input_end - self.input_start);
-        self.unprocessed = output_full || yielded;
-        self.yielded = yielded;
-        if close {
+        self.held = progress.holds_input();
+        let (served, pending) = progress.for_clock(consumed, self.input_end - self.input_start);
+        self.request.offered(served, pending);
+        self.unprocessed = progress.output_full || progress.yielded;
+        self.yielded = progress.yielded;
+        if progress.close {
             self.closing = true;
         }
     }
@@ -343,7 +347,7 @@ impl<S: Session> Conn<S> {
         for _ in 0..ROUNDS_PER_TURN {
             let mut progressed = false;
             let room = self.pending_output() < config.output_buffer_high_bytes;
-            if room && self.unprocessed && !self.closing && self.input_start < self.input_end {
+            if room && self.unprocessed && !self.closing && self.has_input() {
                 let before = (self.input_start, self.output.len());
                 self.handle(config);
                 progressed |= before != (self.input_start, self.output.len());
@@ -380,7 +384,7 @@ impl<S: Session> Conn<S> {
                     Err(_) => return Next::Close,
                 }
                 if self.eof {
-                    self.unprocessed = self.input_start < self.input_end;
+                    self.unprocessed = self.has_input();
                 }
                 if self.input_end - self.input_start > config.input_buffer_max_bytes {
                     stats
@@ -520,6 +524,7 @@ impl<S: Service> Worker<S> {
                 readable: true,
                 read_closed: false,
                 unprocessed: false,
+                held: false,
                 yielded: false,
                 eof: false,
                 closing: false,
@@ -551,7 +556,8 @@ impl<S: Service> Worker<S> {
             };
             let progress = conn.session.on_notify(&mut conn.output, budget);
             conn.closing |= progress.close;
-            conn.unprocessed = conn.input_start < conn.input_end;
+            conn.held = progress.holds_input();
+            conn.unprocessed = conn.has_input();
             self.turn(key, stopping);
         }
     }

@@ -44,6 +44,7 @@ pub mod epoll;
 mod request;
 mod stats;
 pub mod threads;
+pub mod tls;
 #[allow(unsafe_code)]
 pub mod uring;
 
@@ -70,6 +71,51 @@ pub struct Progress {
     /// connection's turn, serve others, then offer the input again without waiting for
     /// new bytes (memcached's `-R`).
     pub yielded: bool,
+    /// For a session that takes input into a buffer of its own before serving it (the
+    /// TLS layer, which must decrypt whole records): what it holds, since the engine sees
+    /// all of it consumed. `None` for sessions that leave what they have not served with
+    /// the engine.
+    pub buffered: Option<Buffered>,
+}
+
+/// Input a session holds itself (see [`Progress::buffered`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Buffered {
+    /// The session it serves consumed some of that input in this call (the request clock
+    /// restarts, as when `consumed > 0` for a session without a buffer).
+    pub progressed: bool,
+    /// Input it has not served is left (part of a request, an unfinished handshake, or
+    /// requests waiting for room): the engine offers input again — with no new bytes if
+    /// it has none — whenever it would for input of its own, and the request clock runs.
+    pub pending: bool,
+}
+
+impl Progress {
+    /// Everything consumed, and close the connection once pending output is written.
+    pub fn closing(consumed: usize) -> Self {
+        Self {
+            consumed,
+            close: true,
+            ..Self::default()
+        }
+    }
+
+    /// The session holds input of its own not served yet ([`Buffered::pending`]).
+    pub(crate) fn holds_input(&self) -> bool {
+        self.buffered.is_some_and(|b| b.pending)
+    }
+
+    /// What the request clock sees of this call, given the bytes the engine saw consumed
+    /// and those it still holds: `(consumed, pending)` for [`request::RequestClock::offered`].
+    pub(crate) fn for_clock(&self, consumed: usize, unconsumed: usize) -> (usize, usize) {
+        match self.buffered {
+            None => (consumed, unconsumed),
+            Some(b) => (
+                usize::from(b.progressed),
+                unconsumed + usize::from(b.pending),
+            ),
+        }
+    }
 }
 
 /// One client connection's protocol state. Owned by exactly one worker thread.

@@ -31,8 +31,8 @@
 
 use crate::request::{Expiry, RequestClock};
 use crate::{
-    EngineConfig, EngineStats, IoEngineKind, IoError, Notify, Progress, RunningEngine, Service,
-    Session, Shutdown, TOO_MANY_CONNECTIONS,
+    EngineConfig, EngineStats, IoEngineKind, IoError, Notify, RunningEngine, Service, Session,
+    Shutdown, TOO_MANY_CONNECTIONS,
 };
 use rustix::event::{EventfdFlags, PollFd, PollFlags, Timespec, eventfd, poll};
 use std::io::{self, Read, Write};
@@ -240,6 +240,7 @@ impl<S: Service> Acceptor<S> {
             input_start: 0,
             output: Vec::new(),
             unprocessed: false,
+            held: false,
             eof: false,
             closing: false,
             last_read_filled: false,
@@ -283,6 +284,8 @@ struct Conn<S> {
     output: Vec<u8>,
     /// Input may hold a request the session has not been offered yet.
     unprocessed: bool,
+    /// The session holds input of its own not served yet (`Progress::buffered`, TLS).
+    held: bool,
     eof: bool,
     closing: bool,
     /// The last read filled its whole chunk: more is probably waiting, skip the `poll`.
@@ -311,34 +314,38 @@ impl<S: Session> Conn<S> {
         self.stats.closed();
     }
 
+    /// Input not served yet: unconsumed here, or held by the session.
+    fn has_input(&self) -> bool {
+        self.input_start < self.input.len() || self.held
+    }
+
     /// The connection's life; returns when it should close (the socket closes on drop).
     fn serve(&mut self) -> io::Result<()> {
         let budget = self.config.output_buffer_high_bytes;
         loop {
             let stopping = self.shutdown.is_triggered();
             if self.signal.notified.swap(false, Ordering::AcqRel) {
-                let Progress { close, .. } = self.session.on_notify(&mut self.output, budget);
-                self.closing |= close;
-                self.unprocessed = self.input_start < self.input.len();
+                let progress = self.session.on_notify(&mut self.output, budget);
+                self.closing |= progress.close;
+                self.held = progress.holds_input();
+                self.unprocessed = self.has_input();
             }
-            if self.unprocessed && !self.closing && self.input_start < self.input.len() {
-                let Progress {
-                    consumed,
-                    output_full,
-                    close,
-                    yielded,
-                } = self.session.on_input(
+            if self.unprocessed && !self.closing && self.has_input() {
+                let progress = self.session.on_input(
                     &self.input[self.input_start..],
                     &mut self.output,
                     budget,
                 );
+                let consumed = progress.consumed;
                 self.input_start += consumed.min(self.input.len() - self.input_start);
-                self.request
-                    .offered(consumed, self.input.len() - self.input_start);
+                self.held = progress.holds_input();
+                let (served, pending) =
+                    progress.for_clock(consumed, self.input.len() - self.input_start);
+                self.request.offered(served, pending);
                 // A yield needs no turn-taking here (this thread serves no other
                 // connection): like a full output, write what was produced and go on.
-                self.unprocessed = output_full || yielded;
-                self.closing |= close;
+                self.unprocessed = progress.output_full || progress.yielded;
+                self.closing |= progress.close;
             } else {
                 self.unprocessed = false;
             }
@@ -442,7 +449,7 @@ impl<S: Session> Conn<S> {
             self.stats.bytes_read.fetch_add(n as u64, Ordering::Relaxed);
         }
         if self.eof {
-            self.unprocessed = self.input_start < self.input.len();
+            self.unprocessed = self.has_input();
         }
         if self.input.len() - self.input_start > self.config.input_buffer_max_bytes {
             self.stats.input_overflows.fetch_add(1, Ordering::Relaxed);

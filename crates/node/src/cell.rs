@@ -28,6 +28,8 @@ pub struct Cell {
     pub shutdown: Shutdown,
     /// Set once the engine runs (its counters feed `stats`).
     pub engine_stats: OnceLock<Arc<EngineStats>>,
+    /// Set once the engine runs with client TLS (`server.tls`): its counters feed `stats`.
+    pub tls_stats: OnceLock<Arc<cellcache_io::tls::TlsStats>>,
     /// The engine actually running (`auto` resolved).
     pub engine: OnceLock<IoEngineKind>,
     pub started: Instant,
@@ -63,6 +65,7 @@ impl Cell {
             verbosity: std::sync::atomic::AtomicU32::new(0),
             shutdown,
             engine_stats: OnceLock::new(),
+            tls_stats: OnceLock::new(),
             engine: OnceLock::new(),
             started: Instant::now(),
             started_unix: unix_now_secs(),

@@ -53,6 +53,8 @@ pub enum StartError {
     Ring(#[source] cluster::StartError),
     #[error("starting the I/O engine")]
     Engine(#[source] cellcache_io::IoError),
+    #[error("client TLS (server.tls, memcached -Z)")]
+    Tls(#[from] cellcache_io::tls::TlsError),
     #[error(transparent)]
     Admin(#[from] admin::AdminError),
 }
@@ -98,6 +100,12 @@ impl Node {
         memory::check_fits(config.store.memory_limit_bytes)?;
         // Before anything is allocated or bound: a bad auth file is a one-line error.
         let credentials = credentials::Credentials::load(&config.server.auth_file)?;
+        // Read and checked before anything else starts: a bad file stops the start here.
+        let tls = if config.server.tls.enabled {
+            Some(cellcache_io::tls::server_config(&config.server.tls)?)
+        } else {
+            None
+        };
         let limits = config.protocol_limits();
         let c = &config.cluster;
         let repl = cluster::repl::Replicator::new(cluster::repl::ReplPolicy {
@@ -153,13 +161,16 @@ impl Node {
             cell: cell.clone(),
             ring: ring.clone(),
         });
-        let engine = cellcache_io::start(
-            cell.config.server.io_engine,
-            &addrs,
-            &engine_config,
-            service,
-            shutdown,
-        )
+        let kind = cell.config.server.io_engine;
+        let engine = match tls {
+            Some(tls) => {
+                let input_max = engine_config.input_buffer_max_bytes;
+                let service = cellcache_io::tls::TlsService::new(service, tls, input_max);
+                let _ = cell.tls_stats.set(service.stats());
+                cellcache_io::start(kind, &addrs, &engine_config, Arc::new(service), shutdown)
+            }
+            None => cellcache_io::start(kind, &addrs, &engine_config, service, shutdown),
+        }
         .map_err(StartError::Engine)?;
         cell.conns.set_listeners(&engine.listeners);
         let _ = cell.engine_stats.set(engine.stats.clone());

@@ -153,9 +153,12 @@ pub const MEMCACHED_GENERAL: &[&str] = &[
 /// (`-o idle_timeout`): connections closed for idling.
 pub const IDLE_KICKS: &str = "idle_kicks";
 
+/// memcached's fields after `log_watchers` with TLS (`-Z`).
+pub const TLS_GENERAL: &[&str] = &["ssl_handshake_errors", "time_since_server_cert_refresh"];
+
 /// Whether `name` is one of memcached's general `stats` fields.
 pub fn is_memcached_general(name: &str) -> bool {
-    name == IDLE_KICKS || MEMCACHED_GENERAL.contains(&name)
+    name == IDLE_KICKS || MEMCACHED_GENERAL.contains(&name) || TLS_GENERAL.contains(&name)
 }
 
 /// CPU time as memcached prints it (`seconds.microseconds`).
@@ -296,10 +299,24 @@ fn general(cell: &Cell, now: u32, out: &mut Vec<u8>) {
             "log_watcher_skipped",
             "log_watcher_sent",
             "log_watchers",
-            "unexpected_napi_ids",
-            "round_robin_fallback",
         ],
     );
+    // memcached with -Z adds these two here.
+    if let Some(tls) = cell.tls_stats.get() {
+        stat(
+            out,
+            "ssl_handshake_errors",
+            tls.handshake_errors
+                .load(std::sync::atomic::Ordering::Relaxed),
+        );
+        // The certificates are read once, at start.
+        stat(
+            out,
+            "time_since_server_cert_refresh",
+            cell.started.elapsed().as_secs(),
+        );
+    }
+    zeros(out, &["unexpected_napi_ids", "round_robin_fallback"]);
     stat(out, "bytes", s.bytes);
     stat(out, "curr_items", s.curr_items);
     stat(out, "total_items", s.total_items);
@@ -401,6 +418,7 @@ fn settings(cell: &Cell, out: &mut Vec<u8>) {
             "no"
         },
     );
+    tls_settings(cell, out);
     stat(
         out,
         "io_engine",
@@ -411,6 +429,40 @@ fn settings(cell: &Cell, out: &mut Vec<u8>) {
     stat(out, "key_bytes_max", cell.limits.key_bytes_max);
     stat(out, "line_bytes_max", cell.limits.line_bytes_max);
     stat(out, "keys_per_get_max", cell.limits.keys_per_get_max);
+}
+
+/// memcached's `ssl_*` settings (a memcached built with TLS, as Debian's, always lists
+/// them), with cellcache's values.
+fn tls_settings(cell: &Cell, out: &mut Vec<u8>) {
+    let tls = &cell.config.server.tls;
+    let path = |p: &str| {
+        if p.is_empty() {
+            "(null)".to_string()
+        } else {
+            p.to_string()
+        }
+    };
+    stat(out, "ssl_enabled", if tls.enabled { "yes" } else { "no" });
+    stat(out, "ssl_chain_cert", path(&tls.chain_cert));
+    stat(out, "ssl_key", path(&tls.key));
+    stat(out, "ssl_verify_mode", tls.verify_mode);
+    // 1: PEM, the only format cellcache reads.
+    stat(out, "ssl_keyformat", 1);
+    // rustls's own cipher suites; memcached prints NULL when none were chosen.
+    stat(out, "ssl_ciphers", "NULL");
+    stat(
+        out,
+        "ssl_ca_cert",
+        if tls.ca_cert.is_empty() {
+            "NULL".to_string()
+        } else {
+            tls.ca_cert.clone()
+        },
+    );
+    stat(out, "ssl_wbuf_size", 16384);
+    stat(out, "ssl_session_cache", "no");
+    stat(out, "ssl_kernel_tls", "no");
+    stat(out, "ssl_min_version", &tls.min_version);
 }
 
 fn items(cell: &Cell, out: &mut Vec<u8>) {

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 mod ring;
+pub mod tls;
 pub use ring::{Ring, free_peer_port};
 
 use std::io::{Read, Write};
@@ -29,6 +30,10 @@ pub struct Server {
     /// The text login of the server's `-Y` auth file (its first entry), used by the
     /// harness's own requests ([`Server::admin`]); `None` without `-Y`.
     pub login: Option<Vec<u8>>,
+    /// Started with `-Z`: the readiness probe only checks that the port speaks TLS.
+    tls: bool,
+    /// The TLS client [`Server::connect`] makes (set by a test of a server with `-Z`).
+    pub tls_client: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
 /// A new auth file (`user:password` lines) of mode 0600 in the temp directory; its path.
@@ -236,6 +241,8 @@ impl Server {
                 child,
                 ring: Vec::new(),
                 login: login_in(extra),
+                tls: extra.contains(&"-Z"),
+                tls_client: None,
             };
             if server.wait_ready() {
                 return server;
@@ -287,6 +294,8 @@ impl Server {
             child,
             ring: Vec::new(),
             login: login_in(extra),
+            tls: extra.contains(&"-Z"),
+            tls_client: None,
         };
         let ready = server.wait_ready();
         (server, ready)
@@ -309,6 +318,13 @@ impl Server {
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
                 return false; // exited: port taken or bad flags
+            }
+            if self.tls {
+                if self.speaks_tls() {
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
             }
             // A text `version` (after the login under -Y), or a binary one (a server started
             // with `-B binary`; version needs no SASL authentication either).
@@ -353,6 +369,18 @@ impl Server {
         false
     }
 
+    /// Whether the port answers a ClientHello with a TLS handshake record.
+    fn speaks_tls(&self) -> bool {
+        let Ok(mut c) = TcpStream::connect(self.addr) else {
+            return false;
+        };
+        c.set_read_timeout(Some(REPLY_TIMEOUT)).unwrap();
+        let mut first = [0u8; 1];
+        c.write_all(&tls::client_hello()).is_ok()
+            && c.read_exact(&mut first).is_ok()
+            && first[0] == 0x16
+    }
+
     /// Whether the server that answered on our port is our child: another test's server may
     /// have taken the port our child then failed to bind (it exits; its `pid` tells). A
     /// binary-only server (`-B binary`) is taken at its word.
@@ -384,7 +412,10 @@ impl Server {
 
     /// A new connection, not logged in.
     pub fn connect(&self) -> Client {
-        let mut c = Client::to(self.addr);
+        let mut c = match &self.tls_client {
+            Some(config) => Client::tls_to(self.addr, config),
+            None => Client::to(self.addr),
+        };
         c.admin = self.admin;
         c
     }
@@ -450,6 +481,8 @@ pub struct Client {
     pending: Vec<u8>,
     /// The admin plane of the cell this client talks to, when known ([`Server::connect`]).
     admin: Option<SocketAddr>,
+    /// A TLS client's session: `stream` carries its records.
+    tls: Option<Box<rustls::ClientConnection>>,
 }
 
 impl Client {
@@ -462,6 +495,27 @@ impl Client {
             stream,
             pending: Vec::new(),
             admin: None,
+            tls: None,
+        }
+    }
+
+    /// A TLS client of the server at `addr` (started with `-Z`); the handshake happens with
+    /// the first request.
+    pub fn tls_to(addr: SocketAddr, config: &std::sync::Arc<rustls::ClientConfig>) -> Client {
+        let mut c = Client::to(addr);
+        c.tls = Some(Box::new(tls::session(config)));
+        c
+    }
+
+    /// One read of the connection (decrypted for a TLS client): 0 at its end.
+    pub fn read_some(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match &mut self.tls {
+            None => self.stream.read(buf),
+            Some(tls) => match rustls::Stream::new(tls.as_mut(), &mut self.stream).read(buf) {
+                // A peer that closes without its close_notify has still closed.
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(0),
+                other => other,
+            },
         }
     }
 
@@ -484,7 +538,12 @@ impl Client {
     }
 
     pub fn send(&mut self, bytes: &[u8]) {
-        self.stream.write_all(bytes).unwrap();
+        match &mut self.tls {
+            None => self.stream.write_all(bytes).unwrap(),
+            Some(tls) => rustls::Stream::new(tls.as_mut(), &mut self.stream)
+                .write_all(bytes)
+                .unwrap(),
+        }
     }
 
     /// Reads until exactly `expected.len()` bytes arrived and compares them.
@@ -500,7 +559,7 @@ impl Client {
     pub fn read_exact_len(&mut self, n: usize) -> Vec<u8> {
         while self.pending.len() < n {
             let mut buf = [0u8; 65536];
-            let got = match self.stream.read(&mut buf) {
+            let got = match self.read_some(&mut buf) {
                 Ok(got) => got,
                 Err(e) => panic!(
                     "no reply before timeout ({e}); have {} bytes, ending {:?}",
@@ -529,7 +588,7 @@ impl Client {
                 return String::from_utf8_lossy(&line[..i]).into_owned();
             }
             let mut buf = [0u8; 65536];
-            let got = match self.stream.read(&mut buf) {
+            let got = match self.read_some(&mut buf) {
                 Ok(got) => got,
                 Err(e) => panic!(
                     "no reply before timeout ({e}); have {} bytes, ending {:?}",
@@ -565,7 +624,7 @@ impl Client {
     /// True once the server closed the connection (reads EOF), false on timeout.
     pub fn is_closed(&mut self) -> bool {
         let mut buf = [0u8; 64];
-        matches!(self.stream.read(&mut buf), Ok(0))
+        matches!(self.read_some(&mut buf), Ok(0))
     }
 
     /// `stats` as (name, value) pairs.

@@ -25,6 +25,8 @@ pub(super) struct Conn<S> {
     pub(super) send_cancelled: bool,
     /// Input may hold a request the session has not been offered yet.
     pub(super) unprocessed: bool,
+    /// The session holds input of its own not served yet (`Progress::buffered`, TLS).
+    pub(super) held: bool,
     /// The session yielded and the slot waits in the worker's ready queue: its session is
     /// not run (input is only appended) until the queue is drained.
     pub(super) yielded: bool,
@@ -57,6 +59,7 @@ impl<S: Session> Conn<S> {
             send_inflight: false,
             send_cancelled: false,
             unprocessed: false,
+            held: false,
             yielded: false,
             eof: false,
             closing: false,
@@ -92,11 +95,19 @@ impl<S: Session> Conn<S> {
         self.pending_output() < config.output_buffer_high_bytes
     }
 
+    /// Takes what the session said of `offered` bytes of input; returns the bytes it
+    /// consumed. The caller then tells the request clock ([`Self::clock`]).
     pub(super) fn apply(&mut self, progress: Progress, offered: usize) -> usize {
         self.unprocessed = progress.output_full || progress.yielded;
         self.yielded = progress.yielded;
         self.closing |= progress.close;
+        self.held = progress.holds_input();
         progress.consumed.min(offered)
+    }
+
+    /// Input not served yet: unconsumed here, or held by the session.
+    pub(super) fn has_input(&self) -> bool {
+        self.input_start < self.input.len() || self.held
     }
 
     /// Takes bytes of a receive completion. With no leftover input the session parses
@@ -115,7 +126,8 @@ impl<S: Session> Conn<S> {
                     .on_input(data, &mut self.output, config.output_buffer_high_bytes);
             let consumed = self.apply(progress, data.len());
             self.input.extend_from_slice(&data[consumed..]);
-            self.request.offered(consumed, data.len() - consumed);
+            let (served, pending) = progress.for_clock(consumed, data.len() - consumed);
+            self.request.offered(served, pending);
             self.yielded
         } else {
             self.input.extend_from_slice(data);
@@ -132,7 +144,7 @@ impl<S: Session> Conn<S> {
         {
             return false;
         }
-        if self.input_start == self.input.len() {
+        if !self.has_input() {
             self.unprocessed = false;
             return false;
         }
@@ -144,8 +156,8 @@ impl<S: Session> Conn<S> {
         );
         let consumed = self.apply(progress, offered);
         self.input_start += consumed;
-        self.request
-            .offered(consumed, self.input.len() - self.input_start);
+        let (served, pending) = progress.for_clock(consumed, self.input.len() - self.input_start);
+        self.request.offered(served, pending);
         if self.input_start == self.input.len() {
             self.input.clear();
             self.input_start = 0;

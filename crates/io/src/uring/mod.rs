@@ -688,7 +688,8 @@ impl<S: Service> Worker<S> {
             };
             let progress = conn.session.on_notify(&mut conn.output, budget);
             conn.closing |= progress.close;
-            conn.unprocessed = conn.input_start < conn.input.len();
+            conn.held = progress.holds_input();
+            conn.unprocessed = conn.has_input();
             self.advance(key)?;
         }
         Ok(())

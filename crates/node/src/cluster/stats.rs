@@ -53,6 +53,7 @@ const ENTRY_FIELDS: &[&str] = &[
     "cluster_epoch",
     "store_shards",
     "accepting_conns",
+    "time_since_server_cert_refresh",
 ];
 
 /// Extra lines of a cell's `stats cell`: what it holds as master.

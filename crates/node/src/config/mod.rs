@@ -243,6 +243,8 @@ pub struct ServerConfig {
     /// `<user> <password>`), binary ones with SASL PLAIN — and are refused until they do.
     /// Read once at start; a malformed file stops the start. Empty: no authentication.
     pub auth_file: String,
+    /// TLS for clients (memcached `-Z` and `-o ssl_*`): `[server.tls]`.
+    pub tls: cellcache_io::tls::TlsConfig,
 }
 
 /// memcached's `-B`: the protocol(s) a client connection may speak.
@@ -434,6 +436,7 @@ impl Default for ServerConfig {
             detail_prefixes_max: 10_000,
             requests_per_event_max: 20,
             auth_file: String::new(),
+            tls: cellcache_io::tls::TlsConfig::default(),
         }
     }
 }
