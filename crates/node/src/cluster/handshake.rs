@@ -214,8 +214,7 @@ pub fn operator_call(
     runtime.block_on(async {
         let call = async {
             let stream = tokio::net::TcpStream::connect(peer).await?;
-            let mut stream = auth.client(stream).await?;
-            connect(&mut stream, wire, auth.secret.as_ref()).await?;
+            let mut stream = auth.connect(stream, wire).await?;
             write_frame_with_id(&mut stream, wire, FrameKind::Control, 1, line.as_bytes()).await?;
             let reply = read_frame(&mut stream, wire).await?;
             match reply.kind {

@@ -31,7 +31,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-use super::handshake::{self, HandshakeError};
+use super::handshake::HandshakeError;
 use super::transport::{PeerAuth, PeerStream};
 
 /// After a failed connect, submissions fail at once for this long.
@@ -93,9 +93,8 @@ struct Outgoing {
 }
 
 /// How long a link waits for a connection, its handshake, and a reply before it gives the
-/// peer up; how many bytes it queues for the peer (see [`Budget`]); the TLS and the ring's
-/// secret, if any, it uses on every connection ([`super::transport`],
-/// [`super::handshake`]).
+/// peer up; how many bytes it queues for the peer (see [`Budget`]); what guards each of its
+/// connections ([`PeerAuth`]: TLS and the ring's secret, if any).
 #[derive(Debug, Clone)]
 pub struct LinkConfig {
     pub connect: Duration,
@@ -327,11 +326,10 @@ impl Task {
                 }
             };
             let _ = stream.set_nodelay(true);
-            let proven = tokio::time::timeout(self.handshake_timeout, async {
-                let mut stream = self.auth.client(stream).await?;
-                handshake::connect(&mut stream, &self.wire, self.auth.secret.as_ref()).await?;
-                Ok(stream)
-            })
+            let proven = tokio::time::timeout(
+                self.handshake_timeout,
+                self.auth.connect(stream, &self.wire),
+            )
             .await
             .unwrap_or(Err(HandshakeError::TimedOut));
             let stream = match proven {

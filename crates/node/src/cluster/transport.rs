@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use cellcache_cluster::auth::Secret;
+use cellcache_cluster::wire::WireConfig;
 use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
@@ -291,6 +292,18 @@ impl PeerAuth {
             Some(tls) => tls.connect(tcp).await,
             None => Ok(PeerStream::Plain(tcp)),
         }
+    }
+
+    /// The connecting side's whole handshake before its first frame: TLS when on, then the
+    /// secret's proofs when set.
+    pub async fn connect(
+        &self,
+        tcp: TcpStream,
+        wire: &WireConfig,
+    ) -> Result<PeerStream, HandshakeError> {
+        let mut stream = self.client(tcp).await?;
+        handshake::connect(&mut stream, wire, self.secret.as_ref()).await?;
+        Ok(stream)
     }
 
     /// The accepting side of a fresh TCP connection: TLS first when on. Without TLS, a
