@@ -33,6 +33,9 @@ const KEYS: &[(&str, &str)] = &[
     ("peer_port", "cluster.peer_port"),
     ("standby", "cluster.standby"),
     ("cluster_secret_file", "cluster.secret_file"),
+    ("peer_tls_cert", "cluster.tls.cert_file"),
+    ("peer_tls_key", "cluster.tls.key_file"),
+    ("peer_tls_ca", "cluster.tls.ca_file"),
     ("admin_port", "admin.port"),
     ("admin_listen", "admin.listen"),
     ("admin_token_file", "admin.token_file"),
@@ -76,6 +79,9 @@ fn default_of(id: &str, key: &str, defaults: &toml::Table) -> String {
         }
         "cluster_secret_file" if config.cluster.secret_file.is_empty() => {
             return "none: the peer port is open (docs/security.md)".into();
+        }
+        "peer_tls_cert" | "peer_tls_key" | "peer_tls_ca" if !config.cluster.tls.enabled() => {
+            return "none: peer traffic in plain TCP".into();
         }
         _ => {}
     }

@@ -107,6 +107,16 @@ pub struct ServeArgs {
     /// needs the same one. Without it the peer port is open to anyone who reaches it.
     #[arg(long, value_name = "PATH")]
     pub cluster_secret_file: Option<String>,
+    /// PEM certificate chain this cell presents to its peers (mutual TLS between cells,
+    /// with --peer-tls-key and --peer-tls-ca; all three or none).
+    #[arg(long, value_name = "PATH")]
+    pub peer_tls_cert: Option<String>,
+    /// PEM private key of --peer-tls-cert.
+    #[arg(long, value_name = "PATH")]
+    pub peer_tls_key: Option<String>,
+    /// PEM certificate of the CA every peer's certificate must chain to.
+    #[arg(long, value_name = "PATH")]
+    pub peer_tls_ca: Option<String>,
     /// Admin port (HTTP, for `cellcache ctl`), on --admin-listen.
     #[arg(long, value_name = "PORT")]
     pub admin_port: Option<u16>,
@@ -261,6 +271,15 @@ impl ServeArgs {
         }
         if let Some(path) = &self.cluster_secret_file {
             c.cluster.secret_file = path.clone();
+        }
+        if let Some(path) = &self.peer_tls_cert {
+            c.cluster.tls.cert_file = path.clone();
+        }
+        if let Some(path) = &self.peer_tls_key {
+            c.cluster.tls.key_file = path.clone();
+        }
+        if let Some(path) = &self.peer_tls_ca {
+            c.cluster.tls.ca_file = path.clone();
         }
         if self.standby {
             c.cluster.standby = true;

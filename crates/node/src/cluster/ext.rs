@@ -123,12 +123,9 @@ pub async fn status_text(cl: &Arc<Cluster>) -> String {
         leader.map_or("-".to_string(), |l| l.to_string()),
         cl.me,
         map.ring(),
-        // Said on every status: a ring without a secret is open to anyone on its network.
-        if cl.secret.is_some() {
-            "secret"
-        } else {
-            "open"
-        }
+        // Said on every status: a ring without a secret or TLS is open to anyone on its
+        // network.
+        cl.auth.mode()
     );
     for c in map.cells() {
         let stats = if c.id == cl.me {

@@ -1,4 +1,5 @@
-//! The start of every peer connection, on the socket: with a cluster secret, the mutual
+//! The start of every peer connection, on its stream (after TLS, when `[cluster.tls]` is
+//! on: see [`super::transport`]): with a cluster secret, the mutual
 //! challenge–response of `cellcache_cluster::auth` (the math lives there), then the
 //! connecting cell's `Hello`; without one, just the `Hello`. The accepting side reads each
 //! frame of it exactly (no byte of what follows), and nothing after it is read before both
@@ -12,6 +13,7 @@ use rand::RngCore;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::link::OwnedFrame;
+use super::transport::PeerAuth;
 
 /// Why a peer connection was closed during its handshake.
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +35,32 @@ pub enum HandshakeError {
     Hello(String),
     #[error("no answer within the timeout")]
     TimedOut,
+    #[error(
+        "TLS handshake: {0} (every cell of a ring needs cluster.tls with the same CA, or none)"
+    )]
+    Tls(std::io::Error),
+    #[error("the peer's certificate does not carry the name {0:?} (cluster.tls.server_name)")]
+    TlsName(String),
+    #[error("the peer opened a TLS handshake, and this cell runs without cluster.tls")]
+    TlsUnexpected,
+    #[error("the peer answered in TLS: it runs with cluster.tls, and this cell without")]
+    TlsExpected,
+}
+
+impl HandshakeError {
+    /// A failure a retry cannot change: the peer's TLS refused this cell's certificate or
+    /// this cell refused the peer's (as against a connection that was merely cut).
+    fn is_tls_refusal(&self) -> bool {
+        match self {
+            HandshakeError::Tls(e) => e
+                .get_ref()
+                .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some()),
+            HandshakeError::TlsName(_)
+            | HandshakeError::TlsUnexpected
+            | HandshakeError::TlsExpected => true,
+            _ => false,
+        }
+    }
 }
 
 /// Why the ring's secret file could not be read or made.
@@ -113,13 +141,20 @@ fn nonce() -> [u8; NONCE_BYTES] {
     n
 }
 
-/// Reads exactly one frame (and not a byte more) from `rd`.
+/// Reads exactly one frame (and not a byte more) from `rd`. A TLS record where a frame
+/// should be (a cell with `cluster.tls` answering one without: its alert) is said as such
+/// rather than as a malformed or cut frame.
 pub async fn read_frame(
     rd: &mut (impl AsyncRead + Unpin),
     wire: &WireConfig,
 ) -> Result<OwnedFrame, HandshakeError> {
     let mut buf = vec![0u8; HEADER_BYTES];
-    rd.read_exact(&mut buf).await?;
+    rd.read_exact(&mut buf[..1]).await?;
+    // TLS alert and handshake records; a frame starts with `wire::MAGIC`'s low byte.
+    if matches!(buf[0], 0x15 | 0x16) {
+        return Err(HandshakeError::TlsExpected);
+    }
+    rd.read_exact(&mut buf[1..]).await?;
     let total = wire::frame_bytes(wire, &buf)?;
     buf.resize(total, 0);
     rd.read_exact(&mut buf[HEADER_BYTES..]).await?;
@@ -150,17 +185,19 @@ pub async fn write_frame_with_id(
     let mut out = Vec::with_capacity(HEADER_BYTES + payload.len() + wire::TRAILER_BYTES);
     wire::encode(wire, kind, 0, request_id, payload, &mut out)?;
     wr.write_all(&out).await?;
+    wr.flush().await?;
     Ok(())
 }
 
 /// Sends one operator command (a `cluster …` line) to the cell whose peer port is `peer`,
-/// proving `secret` first when the ring has one, and returns the cell's text reply.
+/// over TLS when `auth` has it, proving the ring's secret first when it has one, and
+/// returns the cell's text reply.
 /// Blocking (its own small runtime), for a cell before it serves: `serve --join`, and a
 /// restarted cell asking whether its ring is alive. Gives up early once `cancel` is
 /// triggered (a signal stops a joining cell promptly).
 pub fn operator_call(
     peer: &str,
-    secret: Option<&Secret>,
+    auth: &PeerAuth,
     wire: &WireConfig,
     line: &str,
     timeout: std::time::Duration,
@@ -176,8 +213,8 @@ pub fn operator_call(
         .map_err(OperatorCallError::Runtime)?;
     runtime.block_on(async {
         let call = async {
-            let mut stream = tokio::net::TcpStream::connect(peer).await?;
-            connect(&mut stream, wire, secret).await?;
+            let stream = tokio::net::TcpStream::connect(peer).await?;
+            let mut stream = auth.connect(stream, wire).await?;
             write_frame_with_id(&mut stream, wire, FrameKind::Control, 1, line.as_bytes()).await?;
             let reply = read_frame(&mut stream, wire).await?;
             match reply.kind {
@@ -226,17 +263,21 @@ pub enum OperatorCallError {
 
 impl OperatorCallError {
     /// The cell refused this caller for a reason a retry cannot change: its secret (a proof
-    /// that failed, a peer that wants none or another) or the command itself.
+    /// that failed, a peer that wants none or another), its TLS (a certificate refused
+    /// either way, a peer without TLS) or the command itself.
     pub fn is_final(&self) -> bool {
-        matches!(
-            self,
-            OperatorCallError::Failed {
-                source: HandshakeError::Auth(_)
-                    | HandshakeError::Refused(_)
-                    | HandshakeError::Unexpected(..),
-                ..
+        match self {
+            OperatorCallError::Failed { source, .. } => {
+                source.is_tls_refusal()
+                    || matches!(
+                        source,
+                        HandshakeError::Auth(_)
+                            | HandshakeError::Refused(_)
+                            | HandshakeError::Unexpected(..)
+                    )
             }
-        )
+            _ => false,
+        }
     }
 }
 

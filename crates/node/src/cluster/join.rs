@@ -3,10 +3,10 @@
 //! frame on that cell's peer port, after proving the ring's secret when there is one;
 //! retried until the join timeout, abandoned promptly on a signal).
 
+use super::transport::PeerAuth;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use cellcache_cluster::auth::Secret;
 use cellcache_cluster::wire::WireConfig;
 use cellcache_cluster::{CellAddress, CellId, ClusterMap, MapError};
 
@@ -116,7 +116,7 @@ pub(super) fn join_ring(
     parent: Option<&CellId>,
     timeout_ms: u64,
     shutdown: &cellcache_io::Shutdown,
-    secret: Option<&Secret>,
+    auth: &PeerAuth,
     wire: &WireConfig,
 ) -> Result<ClusterMap, JoinError> {
     let deadline = Instant::now() + Duration::from_millis(timeout_ms * 10);
@@ -128,7 +128,7 @@ pub(super) fn join_ring(
         source,
     };
     loop {
-        match try_join(join, me, parent, timeout_ms, secret, wire, shutdown) {
+        match try_join(join, me, parent, timeout_ms, auth, wire, shutdown) {
             Ok(m) => return Ok(m),
             Err(_) if shutdown.is_triggered() => return Err(abandoned()),
             // A wrong or missing secret does not fix itself: say so at once.
@@ -153,14 +153,14 @@ fn try_join(
     me: &CellAddress,
     parent: Option<&CellId>,
     timeout_ms: u64,
-    secret: Option<&Secret>,
+    auth: &PeerAuth,
     wire: &WireConfig,
     shutdown: &cellcache_io::Shutdown,
 ) -> Result<ClusterMap, AttemptError> {
     let timeout = Duration::from_millis(timeout_ms * 5);
     let parent = parent.map(|p| format!(" {p}")).unwrap_or_default();
     let line = format!("cluster join {} {}{parent}", me.client, me.peer);
-    let reply = handshake::operator_call(join, secret, wire, &line, timeout, Some(shutdown))?;
+    let reply = handshake::operator_call(join, auth, wire, &line, timeout, Some(shutdown))?;
     parse_joined(reply.as_bytes())
 }
 

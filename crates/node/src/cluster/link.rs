@@ -24,7 +24,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use cellcache_cluster::auth::Secret;
 use cellcache_cluster::wire::{self, Decoded, FrameKind, WireConfig};
 use cellcache_cluster::{CellId, wire::payload};
 use parking_lot::Mutex;
@@ -32,7 +31,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-use super::handshake::{self, HandshakeError};
+use super::handshake::HandshakeError;
+use super::transport::{PeerAuth, PeerStream};
 
 /// After a failed connect, submissions fail at once for this long.
 const RECONNECT_BACKOFF: Duration = Duration::from_millis(100);
@@ -93,15 +93,15 @@ struct Outgoing {
 }
 
 /// How long a link waits for a connection, its handshake, and a reply before it gives the
-/// peer up; how many bytes it queues for the peer (see [`Budget`]); the ring's secret, if
-/// any, it proves on every connection ([`super::handshake`]).
+/// peer up; how many bytes it queues for the peer (see [`Budget`]); what guards each of its
+/// connections ([`PeerAuth`]: TLS and the ring's secret, if any).
 #[derive(Debug, Clone)]
 pub struct LinkConfig {
     pub connect: Duration,
     pub handshake: Duration,
     pub reply: Duration,
     pub queue_bytes_max: usize,
-    pub secret: Option<Secret>,
+    pub auth: PeerAuth,
 }
 
 /// Bytes queued between threads and not yet taken by the task that writes them: the bound
@@ -191,7 +191,7 @@ impl Link {
             connect_timeout: config.connect,
             handshake_timeout: config.handshake,
             reply_timeout: config.reply,
-            secret: config.secret,
+            auth: config.auth,
             next_id: 1,
             budget: budget.clone(),
         };
@@ -286,7 +286,7 @@ struct Task {
     connect_timeout: Duration,
     handshake_timeout: Duration,
     reply_timeout: Duration,
-    secret: Option<Secret>,
+    auth: PeerAuth,
     next_id: u64,
     /// The link's queue bound: released as each frame is taken off the channel.
     budget: Arc<Budget>,
@@ -308,7 +308,7 @@ impl Task {
             }
             let stream =
                 tokio::time::timeout(self.connect_timeout, TcpStream::connect(&self.addr)).await;
-            let mut stream = match stream {
+            let stream = match stream {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
                     failed_at = Some((Instant::now(), e.to_string()));
@@ -328,19 +328,22 @@ impl Task {
             let _ = stream.set_nodelay(true);
             let proven = tokio::time::timeout(
                 self.handshake_timeout,
-                handshake::connect(&mut stream, &self.wire, self.secret.as_ref()),
+                self.auth.connect(stream, &self.wire),
             )
             .await
             .unwrap_or(Err(HandshakeError::TimedOut));
-            if let Err(e) = proven {
-                if failed_at.is_none() {
-                    tracing::warn!(peer = %self.addr, error = %e, "peer handshake failed");
+            let stream = match proven {
+                Ok(stream) => stream,
+                Err(e) => {
+                    if failed_at.is_none() {
+                        tracing::warn!(peer = %self.addr, error = %e, "peer handshake failed");
+                    }
+                    let why = format!("handshake: {e}");
+                    failed_at = Some((Instant::now(), why.clone()));
+                    fail(first, LinkError::Unreachable(self.addr.clone(), why));
+                    continue;
                 }
-                let why = format!("handshake: {e}");
-                failed_at = Some((Instant::now(), why.clone()));
-                fail(first, LinkError::Unreachable(self.addr.clone(), why));
-                continue;
-            }
+            };
             failed_at = None;
             self.serve(stream, first, &mut rx).await;
         }
@@ -349,11 +352,11 @@ impl Task {
     /// Runs one connection until it fails; every request left waiting then fails.
     async fn serve(
         &mut self,
-        stream: TcpStream,
+        stream: PeerStream,
         first: Outgoing,
         rx: &mut mpsc::UnboundedReceiver<Outgoing>,
     ) {
-        let (mut rd, mut wr) = stream.into_split();
+        let (mut rd, mut wr) = tokio::io::split(stream);
         let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
         let (closed_tx, mut closed_rx) = tokio::sync::oneshot::channel::<()>();
         let reader_pending = pending.clone();
@@ -389,7 +392,7 @@ impl Task {
                 }
             }
             if !out.is_empty() {
-                if wr.write_all(&out).await.is_err() {
+                if wr.write_all(&out).await.is_err() || wr.flush().await.is_err() {
                     break;
                 }
                 out.clear();
@@ -553,7 +556,7 @@ impl super::Cluster {
                 handshake: Duration::from_millis(self.config.peer_handshake_timeout_ms),
                 reply: Duration::from_millis(self.config.peer_reply_timeout_ms),
                 queue_bytes_max: self.config.peer_queue_bytes_max,
-                secret: self.secret.clone(),
+                auth: self.auth.clone(),
             },
         );
         links.insert(key, link.clone());
@@ -612,7 +615,7 @@ mod tests {
                 handshake: Duration::from_secs(5),
                 reply,
                 queue_bytes_max,
-                secret: None,
+                auth: PeerAuth::default(),
             },
         )
     }

@@ -31,6 +31,7 @@ pub mod server;
 mod slot;
 mod split;
 pub mod stats;
+pub mod transport;
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
@@ -93,9 +94,10 @@ pub struct Cluster {
     pub(crate) me: CellId,
     /// The ring's identity ([`ClusterMap::ring`]): peers of another ring are refused.
     ring_id: u64,
-    /// The ring's secret (`cluster.secret_file`), proved on every peer connection; `None`:
-    /// the peer plane is open (logged at start).
-    secret: Option<cellcache_cluster::auth::Secret>,
+    /// What guards every peer connection: TLS (`[cluster.tls]`) and the ring's secret
+    /// (`cluster.secret_file`), each if configured; neither: the peer plane is open (logged
+    /// at start).
+    auth: transport::PeerAuth,
     address: CellAddress,
     /// Set at start, never changed.
     pub(crate) config: ClusterConfig,
@@ -147,7 +149,7 @@ pub enum StartError {
     #[error("starting the peer runtime")]
     Runtime(#[source] std::io::Error),
     #[error(transparent)]
-    Secret(#[from] handshake::SecretError),
+    PeerAuth(#[from] transport::PeerAuthError),
     #[error(transparent)]
     Join(#[from] JoinError),
     #[error(transparent)]
@@ -203,7 +205,7 @@ impl Cluster {
             .enable_all()
             .build()
             .map_err(StartError::Runtime)?;
-        let secret = handshake::load_secret(&config.secret_file)?;
+        let auth = transport::PeerAuth::load(&config)?;
         let client = cell.config.server.addr();
         let peer_listener = join::bind_peer(client, config.peer_port)?;
         let peer = peer_listener.local_addr().map_err(StartError::Runtime)?;
@@ -221,7 +223,14 @@ impl Cluster {
             peer: join_host(peer.port()),
         };
         tracing::info!(client = %address.client, peer = %address.peer, "peer listener bound");
-        if secret.is_none() {
+        if auth.tls.is_some() {
+            tracing::info!(
+                server_name = %config.tls.server_name,
+                "peer connections use mutual TLS (cluster.tls)"
+            );
+        }
+        // With TLS, only a holder of a certificate from the ring's CA reaches the peer plane.
+        if auth.secret.is_none() && auth.tls.is_none() {
             tracing::warn!(
                 peer = %address.peer,
                 "no cluster secret (cluster.secret_file, --cluster-secret-file): anyone who \
@@ -244,7 +253,7 @@ impl Cluster {
                 file.as_deref(),
                 &address,
                 Duration::from_millis(config.request_timeout_ms),
-                secret.as_ref(),
+                &auth,
                 &config.wire,
             )?
         } else {
@@ -268,7 +277,7 @@ impl Cluster {
                 parent,
                 config.request_timeout_ms,
                 &cell.shutdown,
-                secret.as_ref(),
+                &auth,
                 &config.wire,
             )?;
             let me = map
@@ -285,7 +294,7 @@ impl Cluster {
         let cluster = Arc::new(Cluster {
             me: me.clone(),
             ring_id: map.ring(),
-            secret,
+            auth,
             address,
             config: config.clone(),
             cell,

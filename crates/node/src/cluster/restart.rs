@@ -17,11 +17,11 @@
 //! another ring holding its address is such a restarted first cell: it stops, saying which
 //! `--join` to run.
 
+use super::transport::PeerAuth;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use cellcache_cluster::auth::Secret;
 use cellcache_cluster::wire::WireConfig;
 use cellcache_cluster::wire::payload::Hello;
 use cellcache_cluster::{CellAddress, CellState, ClusterMap};
@@ -165,15 +165,9 @@ enum Answer {
     Silent,
 }
 
-fn ask(
-    peer: &str,
-    ring: &str,
-    timeout: Duration,
-    secret: Option<&Secret>,
-    wire: &WireConfig,
-) -> Answer {
+fn ask(peer: &str, ring: &str, timeout: Duration, auth: &PeerAuth, wire: &WireConfig) -> Answer {
     use super::handshake::{HandshakeError, OperatorCallError};
-    match super::handshake::operator_call(peer, secret, wire, "cluster status", timeout, None) {
+    match super::handshake::operator_call(peer, auth, wire, "cluster status", timeout, None) {
         Ok(status) => {
             let theirs = status.lines().next().and_then(|l| {
                 l.split_ascii_whitespace()
@@ -203,7 +197,7 @@ pub fn ring_to_rejoin(
     path: Option<&Path>,
     me: &CellAddress,
     wait: Duration,
-    secret: Option<&Secret>,
+    auth: &PeerAuth,
     wire: &WireConfig,
 ) -> Result<Option<String>, MembershipFileError> {
     let Some(path) = path else { return Ok(None) };
@@ -222,7 +216,7 @@ pub fn ring_to_rejoin(
     loop {
         let mut silent = false;
         for c in &others {
-            match ask(c, &m.ring, per_call, secret, wire) {
+            match ask(c, &m.ring, per_call, auth, wire) {
                 Answer::SameRing => {
                     tracing::warn!(
                         through = %c,

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use super::transport::PeerStream;
 use cellcache_cluster::wire::{self, FrameKind};
 use cellcache_cluster::{CellId, RingMessage};
 use tokio::io::AsyncWriteExt;
@@ -95,19 +96,21 @@ pub async fn accept_loop(cl: Arc<Cluster>, listener: TcpListener) {
     }
 }
 
-/// One peer connection: its handshake (within `peer_handshake_timeout_ms`; with a cluster
-/// secret nothing is read before the peer proved it holds it), then its frames.
-async fn connection(cl: Arc<Cluster>, mut stream: TcpStream, peer: String) {
+/// One peer connection: its handshake (within `peer_handshake_timeout_ms`: TLS first when
+/// `[cluster.tls]` is on, then with a cluster secret nothing is read before the peer proved
+/// it holds it), then its frames.
+async fn connection(cl: Arc<Cluster>, stream: TcpStream, peer: String) {
     let wire_cfg = cl.config.wire;
     let limit = Duration::from_millis(cl.config.peer_handshake_timeout_ms);
-    let accepted = tokio::time::timeout(
-        limit,
-        handshake::accept(&mut stream, &wire_cfg, cl.secret.as_ref()),
-    )
+    let accepted = tokio::time::timeout(limit, async {
+        let mut stream = cl.auth.server(stream).await?;
+        let opening = handshake::accept(&mut stream, &wire_cfg, cl.auth.secret.as_ref()).await?;
+        Ok::<_, handshake::HandshakeError>((stream, opening))
+    })
     .await;
-    let hello = match accepted {
-        Ok(Ok(handshake::Opening::Cell(hello))) => hello,
-        Ok(Ok(handshake::Opening::Operator(first))) => {
+    let (stream, hello) = match accepted {
+        Ok(Ok((stream, handshake::Opening::Cell(hello)))) => (stream, hello),
+        Ok(Ok((stream, handshake::Opening::Operator(first)))) => {
             return operator(&cl, stream, first, &peer).await;
         }
         Ok(Err(e)) => {
@@ -133,7 +136,7 @@ async fn connection(cl: Arc<Cluster>, mut stream: TcpStream, peer: String) {
     // A removed cell may only learn that it was removed: it gets the map (in which it is
     // fenced), and every other request is refused.
     let fenced = cl.lock_ring().map().is_fenced(&from);
-    let (mut rd, mut wr) = stream.into_split();
+    let (mut rd, mut wr) = tokio::io::split(stream);
     let (tx, mut rx) = mpsc::unbounded_channel::<(FrameKind, u64, Vec<u8>)>();
     let budget = Budget::new(cl.config.peer_queue_bytes_max);
     let tx = Replies {
@@ -157,7 +160,7 @@ async fn connection(cl: Arc<Cluster>, mut stream: TcpStream, peer: String) {
                     Err(_) => break,
                 }
             }
-            if wr.write_all(&out).await.is_err() {
+            if wr.write_all(&out).await.is_err() || wr.flush().await.is_err() {
                 return;
             }
             out.clear();
@@ -191,7 +194,7 @@ async fn connection(cl: Arc<Cluster>, mut stream: TcpStream, peer: String) {
 /// An operator's connection (it proved the ring's secret and sent a command instead of a
 /// `Hello`): its `Control` commands, one at a time, each within the handshake timeout;
 /// anything else closes it.
-async fn operator(cl: &Arc<Cluster>, mut stream: TcpStream, first: OwnedFrame, peer: &str) {
+async fn operator(cl: &Arc<Cluster>, mut stream: PeerStream, first: OwnedFrame, peer: &str) {
     let wire_cfg = cl.config.wire;
     let limit = Duration::from_millis(cl.config.peer_handshake_timeout_ms);
     let mut next = Some(first);

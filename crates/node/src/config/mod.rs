@@ -14,9 +14,11 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 
 mod admin;
+mod peer_tls;
 pub use admin::{ADMIN_PORT_OFFSET, AdminConfig};
 pub use cellcache_io::{EngineConfig, IoEngineKind};
 pub use cellcache_store::StoreConfig;
+pub use peer_tls::{PEER_TLS_SERVER_NAME_DEFAULT, PeerTlsConfig};
 
 /// Everything a cell can be told.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -54,7 +56,8 @@ pub enum NoBackupPolicy {
 }
 
 /// The ring (see docs/cluster.md). Timing of the ring, the wire and the consensus group
-/// sit in the sub-tables `[cluster.ring]`, `[cluster.wire]` and `[cluster.raft]`.
+/// sit in the sub-tables `[cluster.ring]`, `[cluster.wire]` and `[cluster.raft]`; peer
+/// TLS in `[cluster.tls]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ClusterConfig {
@@ -114,8 +117,10 @@ pub struct ClusterConfig {
     /// before any of its frames is read. Every cell of a ring needs the same file. Empty:
     /// no secret, and anyone who reaches the peer port can act as a cell (logged loudly).
     pub secret_file: String,
-    /// A peer connection must finish its handshake (the secret's proofs and its `Hello`)
-    /// within this long, or is closed.
+    /// Mutual TLS on peer connections, with operator-provided certificates; off by default.
+    pub tls: PeerTlsConfig,
+    /// A peer connection must finish its handshake (TLS when on, the secret's proofs and
+    /// its `Hello`) within this long, or is closed.
     pub peer_handshake_timeout_ms: u64,
     /// Peer connections open at once on the peer listener; past it new ones are closed.
     pub peer_connections_max: usize,
@@ -164,6 +169,7 @@ impl Default for ClusterConfig {
             peer_queue_bytes_max: 64 << 20,
             peer_forwards_in_flight_max: 4_096,
             secret_file: String::new(),
+            tls: PeerTlsConfig::default(),
             peer_handshake_timeout_ms: 2_000,
             peer_connections_max: 256,
             indirect_probe_timeout_ms: 250,
@@ -719,6 +725,7 @@ impl NodeConfig {
                     .into(),
             ));
         }
+        c.tls.check().map_err(ConfigError::Invalid)?;
         Ok(())
     }
 
