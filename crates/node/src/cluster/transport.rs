@@ -76,7 +76,7 @@ impl AsyncWrite for PeerStream {
 #[derive(Debug, thiserror::Error)]
 pub enum PeerTlsError {
     #[error("peer TLS (cluster.tls: --peer-tls-cert, --peer-tls-key, --peer-tls-ca)")]
-    Files(#[source] cellcache_io::tls::TlsError),
+    Files(#[source] Box<cellcache_io::tls::TlsError>),
     #[error("the peer TLS CA file {path} (cluster.tls.ca_file, --peer-tls-ca): {why}")]
     CaInvalid { path: String, why: String },
     #[error("cluster.tls.server_name {0:?} is not a DNS name")]
@@ -125,9 +125,9 @@ impl PeerTls {
             return Ok(None);
         }
         use cellcache_io::tls::{load_certs, load_key, load_roots};
-        let certs = load_certs(&config.cert_file).map_err(PeerTlsError::Files)?;
-        let key = load_key(&config.key_file).map_err(PeerTlsError::Files)?;
-        let roots = load_roots(&config.ca_file).map_err(PeerTlsError::Files)?;
+        let certs = load_certs(&config.cert_file).map_err(|e| PeerTlsError::Files(Box::new(e)))?;
+        let key = load_key(&config.key_file).map_err(|e| PeerTlsError::Files(Box::new(e)))?;
+        let roots = load_roots(&config.ca_file).map_err(|e| PeerTlsError::Files(Box::new(e)))?;
         let ca_invalid = |why: &dyn std::fmt::Display| PeerTlsError::CaInvalid {
             path: config.ca_file.clone(),
             why: why.to_string(),
