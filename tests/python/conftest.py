@@ -13,6 +13,7 @@ binary `version`, which needs no SASL authentication.
 import glob
 import os
 import socket
+import ssl
 import subprocess
 import time
 import urllib.request
@@ -82,9 +83,17 @@ def server_command(host, port, extra):
     return [binary, "serve", "-l", host, "-p", str(port)] + engine_args + extra
 
 
-def request(host, port, line, login=b""):
-    """Sends one line (after `login`, if any) and reads the reply up to END (bounded)."""
-    with socket.create_connection((host, port), timeout=5) as s:
+def request(host, port, line, login=b"", tls=False):
+    """Sends one line (after `login`, if any) and reads the reply up to END (bounded). With
+    `tls` (a server started with -Z) over TLS, trusting whatever certificate it shows: the
+    harness only asks whether the server is up, the tests check certificates."""
+    with socket.create_connection((host, port), timeout=5) as raw:
+        s = raw
+        if tls:
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+            s = context.wrap_socket(raw)
         s.sendall(login + line)
         data = b""
         while not data.endswith(b"END\r\n"):
@@ -117,9 +126,9 @@ def ring_formed(host, admin_ports, n):
     return len(set(views)) == 1
 
 
-def answering_pid(host, port, login=b""):
+def answering_pid(host, port, login=b"", tls=False):
     """The pid `stats` reports on host:port, or None."""
-    for line in request(host, port, b"stats\r\n", login).split("\r\n"):
+    for line in request(host, port, b"stats\r\n", login, tls).split("\r\n"):
         if line.startswith("STAT pid "):
             return int(line.split(" ")[2])
     return None
@@ -132,7 +141,7 @@ def answers_binary_version(host, port):
         return s.recv(2) == b"\x81\x0b"
 
 
-def wait_ready(proc, host, port, login=b"", binary=False):
+def wait_ready(proc, host, port, login=b"", binary=False, tls=False):
     """Our child answers on host:port. A free port found earlier may have been taken by
     another process meanwhile (our child then fails to bind and exits): the server that
     answers must be ours, which its `stats` pid tells (a binary-only server is taken at its
@@ -145,7 +154,7 @@ def wait_ready(proc, host, port, login=b"", binary=False):
             if binary:
                 if answers_binary_version(host, port):
                     return proc.poll() is None
-            elif answering_pid(host, port, login) == proc.pid:
+            elif answering_pid(host, port, login, tls) == proc.pid:
                 return True
         except (OSError, ValueError):
             pass
@@ -170,7 +179,7 @@ class OneServer:
             self.proc = subprocess.Popen(server_command(host, self.port, args),
                                          env=server_env(env), stdout=subprocess.DEVNULL,
                                          stderr=subprocess.DEVNULL)
-            if wait_ready(self.proc, host, self.port, login, binary):
+            if wait_ready(self.proc, host, self.port, login, binary, "-Z" in extra):
                 return
             self.stop()
         raise RuntimeError(f"server did not start on {host}:{port or 'a free port'}")
