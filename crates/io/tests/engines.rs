@@ -631,6 +631,120 @@ fn yielding_sessions_get_all_their_input_processed(kind: IoEngineKind) {
     run.stop();
 }
 
+/// A session that takes every byte into a buffer of its own before its inner session sees
+/// it, as the TLS layer does (it must decrypt whole records), and says so in
+/// `Progress::buffered`.
+struct Holding {
+    inner: UpperSession,
+    held: Vec<u8>,
+}
+
+struct HoldingService(Upper);
+
+impl Service for HoldingService {
+    type Session = Holding;
+    fn open(&self, conn: cellcache_io::Accepted, notify: Notify) -> Holding {
+        Holding {
+            inner: self.0.open(conn, notify),
+            held: Vec::new(),
+        }
+    }
+}
+
+impl Holding {
+    fn report(&self, mut p: Progress, consumed: usize, progressed: bool) -> Progress {
+        p.consumed = consumed;
+        p.buffered = Some(cellcache_io::Buffered {
+            progressed,
+            pending: !self.held.is_empty(),
+        });
+        p
+    }
+}
+
+impl Session for Holding {
+    fn on_input(&mut self, input: &[u8], output: &mut Vec<u8>, budget: usize) -> Progress {
+        self.held.extend_from_slice(input);
+        let p = self.inner.on_input(&self.held, output, budget);
+        self.held.drain(..p.consumed);
+        self.report(p, input.len(), p.consumed > 0)
+    }
+
+    fn on_notify(&mut self, output: &mut Vec<u8>, budget: usize) -> Progress {
+        let p = self.inner.on_notify(output, budget);
+        self.report(p, 0, false)
+    }
+
+    fn on_close(&mut self) {
+        self.inner.on_close();
+    }
+}
+
+/// A session holding input of its own (the TLS layer) is offered it again with no new
+/// bytes whenever it would be for input the engine holds: after a full output, a yield
+/// and a notify; and a connection whose session holds part of a request is closed after
+/// the request timeout. Every line of one write is answered, in order, with an output
+/// budget of a few lines and one line per call.
+fn sessions_holding_input_of_their_own_are_served_to_the_end(kind: IoEngineKind) {
+    const LINES: usize = 300;
+    let upper = Upper {
+        lines_per_call: 3,
+        ..Upper::new(Arc::default(), Arc::default())
+    };
+    let shutdown = Shutdown::new();
+    let config = EngineConfig {
+        threads: 1,
+        output_buffer_high_bytes: 64,
+        request_timeout_secs: 1,
+        ..Default::default()
+    };
+    let engine = cellcache_io::start(
+        kind,
+        &["127.0.0.1:0".parse().unwrap()],
+        &config,
+        Arc::new(HoldingService(upper)),
+        shutdown.clone(),
+    )
+    .expect("engine starts");
+    let addr = engine.local_addr;
+    let mut s = connect(addr);
+    let batch: String = (0..LINES)
+        .map(|i| format!("line{i}\n"))
+        .chain(["defer\n".to_string(), "after\n".to_string()])
+        .collect();
+    s.write_all(batch.as_bytes()).unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut line = String::new();
+    for i in 0..LINES {
+        line.clear();
+        r.read_line(&mut line).unwrap();
+        assert_eq!(line, format!("LINE{i}\n"));
+    }
+    let mut rest = Vec::new();
+    for _ in 0..2 {
+        line.clear();
+        r.read_line(&mut line).unwrap();
+        rest.push(line.clone());
+    }
+    rest.sort();
+    assert_eq!(rest, ["AFTER\n", "DEFERRED\n"]);
+    // Part of a line, held by the session: closed after the request timeout.
+    s.write_all(b"half a li").unwrap();
+    let mut buf = [0u8; 16];
+    let closed = loop {
+        match s.read(&mut buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Ok(0) => break true,
+            Err(e) => break e.kind() == std::io::ErrorKind::ConnectionReset,
+            Ok(_) => break false,
+        }
+    };
+    assert!(closed, "a held half request was let stay");
+    assert!(engine.stats.snapshot().request_timeouts >= 1);
+    shutdown.trigger();
+    engine.join();
+}
+
 macro_rules! engine_suite {
     ($module:ident, $kind:expr, [$($test:ident),* $(,)?]) => {
         mod $module {
@@ -663,6 +777,7 @@ macro_rules! every_engine {
                 tiny_buffers_still_answer_everything_in_order,
                 listens_on_every_address_and_refuses_one_given_twice,
                 yielding_sessions_get_all_their_input_processed,
+                sessions_holding_input_of_their_own_are_served_to_the_end,
             ]);
         )*
     };
