@@ -176,6 +176,47 @@ fn half_sent_requests_cannot_hold_every_connection_slot() {
     }
 }
 
+/// 3,000 idle connections from one address hold at most that address's share of the
+/// connection slots (`io.connections_per_address_max`: half of `-c` by default): a client
+/// from another address is served all along, and each refusal is counted.
+#[test]
+fn idle_connections_from_one_address_leave_other_clients_served() {
+    if is_memcached() {
+        println!("not run against memcached: it has no per-address limit");
+        return;
+    }
+    const FLOOD: usize = 3_000;
+    let server = Server::start_with_env(
+        &["-c", "100"],
+        &[("CELLCACHE_IO__CONNECTIONS_PER_ADDRESS_LOOPBACK", "true")],
+    );
+    let elsewhere: std::net::IpAddr = [127, 0, 0, 2].into();
+    let flood: Vec<std::net::TcpStream> = (0..FLOOD)
+        .filter_map(|_| std::net::TcpStream::connect(server.addr).ok())
+        .collect();
+    let mut c = common::Client::from_source(elsewhere, server.addr);
+    c.roundtrip(b"set k 0 0 1\r\nv\r\n", b"STORED\r\n");
+    c.roundtrip(b"get k\r\n", b"VALUE k 0 1\r\nv\r\nEND\r\n");
+    let refused = |c: &mut common::Client| -> u64 {
+        c.stat_of("cellcache", "address_refusals").parse().unwrap()
+    };
+    // Half of -c 100 from 127.0.0.1 (the harness's probe may hold one of them).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while refused(&mut c) < (FLOOD - 50) as u64 {
+        assert!(Instant::now() < deadline, "refusals: {}", refused(&mut c));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(refused(&mut c) <= (FLOOD - 49) as u64);
+    // More clients from other addresses get the other half.
+    let others: Vec<common::Client> = (0..40)
+        .map(|_| common::Client::from_source(elsewhere, server.addr))
+        .collect();
+    for mut o in others {
+        o.roundtrip(b"get k\r\n", b"VALUE k 0 1\r\nv\r\nEND\r\n");
+    }
+    drop(flood);
+}
+
 #[test]
 fn over_long_command_line_is_refused() {
     let server = Server::start(&[]);

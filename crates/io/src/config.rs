@@ -67,6 +67,15 @@ pub struct EngineConfig {
     pub threads: usize,
     /// Connections open at once; past it a new client gets `ERROR Too many open connections`.
     pub max_connections: usize,
+    /// Connections one client address may hold open at once; past it that address's new
+    /// connections get the same `ERROR Too many open connections`, so one host (or an
+    /// attacker's idle connections) cannot take every `max_connections` slot. 0: half of
+    /// `max_connections`; `max_connections` or more: no per-address limit. Clients behind
+    /// one NAT or proxy share an address: raise it for them.
+    pub connections_per_address_max: usize,
+    /// Apply `connections_per_address_max` to loopback clients too. Off by default: a local
+    /// user can exhaust the host in other ways, and benchmarks run many connections there.
+    pub connections_per_address_loopback: bool,
     /// Listen backlog passed to `listen(2)`.
     pub listen_backlog: u32,
     /// Bytes read per `read(2)` call into a connection's input buffer.
@@ -106,6 +115,8 @@ impl Default for EngineConfig {
         Self {
             threads: 0,
             max_connections: 1024,
+            connections_per_address_max: 0,
+            connections_per_address_loopback: false,
             listen_backlog: 1024,
             read_chunk_bytes: 16 * 1024,
             input_buffer_max_bytes: 2 * 1024 * 1024 + 64 * 1024,
@@ -124,6 +135,19 @@ impl Default for EngineConfig {
 }
 
 impl EngineConfig {
+    /// How many connections a client at `ip` may hold (`connections_per_address_max`);
+    /// `None` when only `max_connections` applies to it.
+    pub fn address_limit(&self, ip: std::net::IpAddr) -> Option<usize> {
+        if ip.to_canonical().is_loopback() && !self.connections_per_address_loopback {
+            return None;
+        }
+        let limit = match self.connections_per_address_max {
+            0 => (self.max_connections / 2).max(1),
+            n => n,
+        };
+        (limit < self.max_connections).then_some(limit)
+    }
+
     /// Worker count after resolving 0 to the number of cores.
     pub fn worker_threads(&self) -> usize {
         if self.threads > 0 {

@@ -20,8 +20,7 @@
 
 use crate::request::{Expiry, RequestClock};
 use crate::{
-    Accepted, EngineConfig, EngineStats, IoError, Notify, RunningEngine, Service, Session,
-    Shutdown, TOO_MANY_CONNECTIONS,
+    Accepted, EngineConfig, EngineStats, IoError, Notify, RunningEngine, Service, Session, Shutdown,
 };
 use crossbeam_channel::{Receiver, Sender};
 use mio::net::{TcpListener, TcpStream};
@@ -171,10 +170,13 @@ impl Acceptor {
         loop {
             match self.listener.accept() {
                 Ok((mut stream, peer)) => {
-                    if !self.stats.try_open(self.config.max_connections) {
-                        // Best effort, like memcached: the socket is fresh, so a short reply fits.
-                        let _ = stream.write(TOO_MANY_CONNECTIONS);
-                        tracing::warn!(%peer, max = self.config.max_connections, "connection refused: limit reached");
+                    let ip = peer.ip();
+                    let per_address = self.config.address_limit(ip);
+                    if !self
+                        .stats
+                        .try_open(self.config.max_connections, ip, per_address)
+                    {
+                        crate::refuse(&mut stream, peer, &self.config, &self.stats);
                         continue;
                     }
                     if self.config.tcp_nodelay {
@@ -188,7 +190,7 @@ impl Acceptor {
                         fd: stream.as_raw_fd(),
                     };
                     if tx.send((stream, accepted)).is_err() {
-                        self.stats.closed();
+                        self.stats.closed(ip);
                         continue;
                     }
                     let _ = waker.wake();
@@ -207,6 +209,8 @@ impl Acceptor {
 
 /// One client connection as a worker sees it.
 struct Conn<S> {
+    /// The client's address (the per-address connection limit's key).
+    ip: std::net::IpAddr,
     stream: TcpStream,
     session: S,
     /// Received bytes live in `input[input_start..input_end]`; the rest of `input` is
@@ -499,7 +503,7 @@ impl<S: Service> Worker<S> {
         while let Ok((mut stream, accepted)) = self.inbox.try_recv() {
             let peer = accepted.peer;
             if self.shutdown.is_triggered() {
-                self.stats.closed();
+                self.stats.closed(peer.ip());
                 continue;
             }
             let key = self.conns.vacant_key();
@@ -510,11 +514,12 @@ impl<S: Service> Worker<S> {
                 Interest::READABLE | Interest::WRITABLE,
             ) {
                 tracing::warn!(%peer, error = %e, "cannot register connection");
-                self.stats.closed();
+                self.stats.closed(peer.ip());
                 continue;
             }
             self.conns.insert(Conn {
                 stream,
+                ip: peer.ip(),
                 session: self.service.open(accepted, notify),
                 input: Vec::new(),
                 input_start: 0,
@@ -578,7 +583,7 @@ impl<S: Service> Worker<S> {
             let mut conn = self.conns.remove(key);
             let _ = self.poll.registry().deregister(&mut conn.stream);
             conn.session.on_close();
-            self.stats.closed();
+            self.stats.closed(conn.ip);
         }
     }
 

@@ -301,7 +301,31 @@ pub(crate) fn bind_listener(
 }
 
 /// Reply memcached sends to a client refused for the connection limit.
-pub(crate) const TOO_MANY_CONNECTIONS: &[u8] = b"ERROR Too many open connections\r\n";
+const TOO_MANY_CONNECTIONS: &[u8] = b"ERROR Too many open connections\r\n";
+
+/// Refuses a client past a connection limit (`try_open` said no, and counted it): answers
+/// memcached's error, best effort (the socket is fresh and non-blocking writes are fine: the
+/// short reply fits), and closes it on drop. Logged at the 1st, 2nd, 4th, 8th… refusal, so
+/// a flood of connections cannot flood the log.
+pub(crate) fn refuse(
+    mut stream: impl std::io::Write,
+    peer: SocketAddr,
+    config: &EngineConfig,
+    stats: &EngineStats,
+) {
+    let _ = stream.write(TOO_MANY_CONNECTIONS);
+    let refused = stats.rejected_connections.load(Ordering::Relaxed);
+    if refused.is_power_of_two() {
+        let per_address = config.address_limit(peer.ip());
+        tracing::warn!(
+            %peer,
+            max = config.max_connections,
+            per_address,
+            refused,
+            "connection refused: limit reached (rejected_connections counts every one)"
+        );
+    }
+}
 
 /// A one-way flag every engine thread checks. [`Shutdown::trigger`] (e.g. from a SIGTERM
 /// handler's thread) sets it and runs the wake-up hooks engines registered, so sleeping

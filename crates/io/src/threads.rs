@@ -32,7 +32,7 @@
 use crate::request::{Expiry, RequestClock};
 use crate::{
     EngineConfig, EngineStats, IoEngineKind, IoError, Notify, RunningEngine, Service, Session,
-    Shutdown, TOO_MANY_CONNECTIONS,
+    Shutdown,
 };
 use rustix::event::{EventfdFlags, PollFd, PollFlags, Timespec, eventfd, poll};
 use std::io::{self, Read, Write};
@@ -196,10 +196,13 @@ impl<S: Service> Acceptor<S> {
     }
 
     fn admit(&mut self, mut stream: TcpStream, peer: SocketAddr) {
-        if !self.stats.try_open(self.config.max_connections) {
-            // Best effort, like memcached: the socket is fresh, so a short reply fits.
-            let _ = stream.write(TOO_MANY_CONNECTIONS);
-            tracing::warn!(%peer, max = self.config.max_connections, "connection refused: limit reached");
+        let ip = peer.ip();
+        if !self.stats.try_open(
+            self.config.max_connections,
+            ip,
+            self.config.address_limit(ip),
+        ) {
+            crate::refuse(&mut stream, peer, &self.config, &self.stats);
             return;
         }
         let prepared = (|| {
@@ -213,7 +216,7 @@ impl<S: Service> Acceptor<S> {
             Ok(signal) => signal,
             Err(e) => {
                 tracing::warn!(%peer, error = %e, "cannot set up connection");
-                self.stats.closed();
+                self.stats.closed(ip);
                 return;
             }
         };
@@ -226,6 +229,7 @@ impl<S: Service> Acceptor<S> {
             Notify::new(move || signal.notify())
         };
         let conn = Conn {
+            ip,
             session: self.service.open(
                 crate::Accepted {
                     peer,
@@ -266,7 +270,7 @@ impl<S: Service> Acceptor<S> {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .remove(slot);
-                self.stats.closed();
+                self.stats.closed(ip);
             }
         }
     }
@@ -274,6 +278,8 @@ impl<S: Service> Acceptor<S> {
 
 /// One connection, owned by its thread.
 struct Conn<S> {
+    /// The client's address (the per-address connection limit's key).
+    ip: std::net::IpAddr,
     stream: TcpStream,
     session: S,
     signal: Arc<Signal>,
@@ -311,7 +317,7 @@ impl<S: Session> Conn<S> {
             tracing::debug!(error = %e, "connection ended with an error");
         }
         self.session.on_close();
-        self.stats.closed();
+        self.stats.closed(self.ip);
     }
 
     /// Input not served yet: unconsumed here, or held by the session.

@@ -488,7 +488,10 @@ pub struct Client {
 impl Client {
     /// A client of the server at `addr` (usable from any thread).
     pub fn to(addr: SocketAddr) -> Client {
-        let stream = TcpStream::connect(addr).unwrap();
+        Client::to_stream(TcpStream::connect(addr).unwrap())
+    }
+
+    fn to_stream(stream: TcpStream) -> Client {
         stream.set_read_timeout(Some(REPLY_TIMEOUT)).unwrap();
         stream.set_nodelay(true).unwrap();
         Client {
@@ -497,6 +500,22 @@ impl Client {
             admin: None,
             tls: None,
         }
+    }
+
+    /// A client of the server at `addr` connecting from the loopback address `source` (e.g.
+    /// 127.0.0.2: another client host, for per-address limits).
+    pub fn from_source(source: std::net::IpAddr, addr: SocketAddr) -> Client {
+        let socket = socket2::Socket::new(
+            socket2::Domain::for_address(addr),
+            socket2::Type::STREAM,
+            None,
+        )
+        .unwrap();
+        socket.bind(&SocketAddr::new(source, 0).into()).unwrap();
+        socket.connect(&addr.into()).unwrap();
+        let mut c = Client::to_stream(socket.into());
+        c.admin = None;
+        c
     }
 
     /// A TLS client of the server at `addr` (started with `-Z`); the handshake happens with

@@ -7,6 +7,8 @@ use crate::request::{Expiry, RequestClock};
 /// One connection as a worker sees it. Freed only when `closed` and no operation of it is
 /// in flight (`recv_armed`, `send_inflight` both false).
 pub(super) struct Conn<S> {
+    /// The client's address (the per-address connection limit's key).
+    pub(super) ip: std::net::IpAddr,
     pub(super) stream: TcpStream,
     pub(super) session: S,
     pub(super) generation: u32,
@@ -44,9 +46,15 @@ pub(super) struct Conn<S> {
 
 impl<S: Session> Conn<S> {
     /// A connection just accepted, nothing in flight.
-    pub(super) fn new(stream: TcpStream, session: S, generation: u32) -> Conn<S> {
+    pub(super) fn new(
+        stream: TcpStream,
+        ip: std::net::IpAddr,
+        session: S,
+        generation: u32,
+    ) -> Conn<S> {
         Conn {
             stream,
+            ip,
             session,
             generation,
             input: Vec::new(),

@@ -56,7 +56,7 @@ pub use probe::{UringUnavailable, UringUnavailableCause, uring_support};
 
 use crate::{
     Accepted, EngineConfig, EngineStats, IoEngineKind, IoError, Notify, Progress, RunningEngine,
-    Service, Session, Shutdown, TOO_MANY_CONNECTIONS,
+    Service, Session, Shutdown,
 };
 use conn::Conn;
 use crossbeam_channel::{Receiver, Sender};
@@ -65,7 +65,7 @@ use ring::{
     Op, ProvidedBuffers, WakeFd, WakeRead, decode, new_ring, push, submit, user_data, wait,
 };
 use std::collections::VecDeque;
-use std::io::{self, Write};
+use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
@@ -277,24 +277,21 @@ impl Acceptor {
         // SAFETY: a successful accept completion's result is a new descriptor that nothing
         // else owns; wrapping it makes it closed exactly once.
         let mut stream = unsafe { TcpStream::from_raw_fd(result) };
-        if !self.stats.try_open(self.config.max_connections) {
-            // Best effort, like memcached; non-blocking so the acceptor never waits.
+        let Ok(peer) = stream.peer_addr() else {
+            // The client is already gone.
+            return;
+        };
+        let ip = peer.ip();
+        if !self.stats.try_open(
+            self.config.max_connections,
+            ip,
+            self.config.address_limit(ip),
+        ) {
+            // Non-blocking so the acceptor never waits.
             let _ = stream.set_nonblocking(true);
-            let _ = stream.write(TOO_MANY_CONNECTIONS);
-            tracing::warn!(
-                max = self.config.max_connections,
-                "connection refused: limit reached"
-            );
+            crate::refuse(&mut stream, peer, &self.config, &self.stats);
             return;
         }
-        let peer = match stream.peer_addr() {
-            Ok(peer) => peer,
-            Err(_) => {
-                // The client is already gone.
-                self.stats.closed();
-                return;
-            }
-        };
         if self.config.tcp_nodelay {
             let _ = stream.set_nodelay(true);
         }
@@ -306,7 +303,7 @@ impl Acceptor {
             fd: stream.as_raw_fd(),
         };
         if tx.send((stream, accepted)).is_err() {
-            self.stats.closed();
+            self.stats.closed(ip);
             return;
         }
         wake.wake();
@@ -604,7 +601,7 @@ impl<S: Service> Worker<S> {
         if done && !conn.closed {
             conn.closed = true;
             conn.session.on_close();
-            self.stats.closed();
+            self.stats.closed(conn.ip);
         }
         let mut cancels = Vec::new();
         if conn.recv_armed && !conn.recv_cancelled && (conn.closed || !want_recv) {
@@ -633,7 +630,7 @@ impl<S: Service> Worker<S> {
     fn adopt_new(&mut self) -> io::Result<()> {
         while let Ok((stream, accepted)) = self.inbox.try_recv() {
             if self.shutdown.is_triggered() {
-                self.stats.closed();
+                self.stats.closed(accepted.peer.ip());
                 continue;
             }
             let key = self.conns.vacant_key();
@@ -647,8 +644,10 @@ impl<S: Service> Worker<S> {
                     }
                 })
             };
+            let ip = accepted.peer.ip();
             let session = self.service.open(accepted, notify);
-            self.conns.insert(Conn::new(stream, session, generation));
+            self.conns
+                .insert(Conn::new(stream, ip, session, generation));
             self.advance(key)?;
         }
         Ok(())
