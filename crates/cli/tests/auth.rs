@@ -363,3 +363,46 @@ fn sasl_attempts_are_counted() {
     let after = (stat("auth_cmds"), stat("auth_errors"));
     assert_eq!((after.0 - before.0, after.1 - before.1), (3 + 2, 2));
 }
+
+/// An address that failed `server.auth_failures_max` logins has the rest of its window
+/// refused unchecked — the right password too — on text and binary connections alike,
+/// while another address logs in.
+#[test]
+fn guessing_passwords_from_one_address_is_throttled() {
+    if is_memcached() {
+        println!("not run against memcached: it has no login limit");
+        return;
+    }
+    let s = Server::start_with_env(
+        &["-m", "64", "-t", "2", "-Y", &auth_file(USERS)],
+        &[
+            ("CELLCACHE_SERVER__AUTH_FAILURES_MAX", "3"),
+            ("CELLCACHE_SERVER__AUTH_FAILURE_WINDOW_SECS", "600"),
+        ],
+    );
+    let elsewhere: std::net::IpAddr = [127, 0, 0, 2].into();
+    // The harness's own requests log in from 127.0.0.1 and succeed: they never count.
+    let mut guesser = Client::from_source(elsewhere, s.addr);
+    for guess in ["a", "b", "c"] {
+        guesser.roundtrip(
+            &login("alice", guess),
+            b"CLIENT_ERROR authentication failure\r\n",
+        );
+    }
+    guesser.roundtrip(
+        &login("alice", "secret"),
+        b"CLIENT_ERROR authentication failure\r\n",
+    );
+    let mut binary = Client::from_source(elsewhere, s.addr);
+    assert_eq!(
+        call(&mut binary, &sasl_plain("alice", "secret", 0)).status,
+        AUTH_ERROR,
+        "SASL from the throttled address"
+    );
+    // 127.0.0.1 is another address: served.
+    let mut c = s.connect();
+    c.roundtrip(&login("bob", "hunter2"), b"STORED\r\n");
+    c.roundtrip(b"set k 0 0 1\r\nv\r\n", b"STORED\r\n");
+    let throttled: u64 = c.stat_of("cellcache", "auth_throttled").parse().unwrap();
+    assert_eq!(throttled, 2, "the right password and the SASL attempt");
+}

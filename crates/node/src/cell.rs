@@ -40,6 +40,8 @@ pub struct Cell {
     /// The users clients log in as (`server.auth_file`, memcached `-Y`); `None`: clients
     /// need no login. Set before the engine starts.
     pub credentials: Option<crate::credentials::Credentials>,
+    /// Failed logins per client address (`server.auth_failures_max`).
+    pub login_throttle: crate::throttle::LoginThrottle,
 }
 
 /// What a ring member adds to `stats cellcache` (its `cluster_*` lines).
@@ -54,6 +56,11 @@ impl Cell {
             // validate() keeps the delimiter ASCII.
             u8::try_from(config.server.detail_delimiter).unwrap_or(b':'),
             config.server.detail_prefixes_max,
+        );
+        let login_throttle = crate::throttle::LoginThrottle::new(
+            config.server.auth_failures_max,
+            std::time::Duration::from_secs(config.server.auth_failure_window_secs),
+            config.server.auth_throttle_addresses_max,
         );
         Cell {
             store,
@@ -70,6 +77,7 @@ impl Cell {
             started: Instant::now(),
             started_unix: unix_now_secs(),
             ring_figures: OnceLock::new(),
+            login_throttle,
             credentials: None,
         }
     }

@@ -60,6 +60,7 @@ counters!(
     store_no_memory,
     auth_cmds,
     auth_errors,
+    auth_throttled,
     protocol_errors,
     conn_yields,
 );

@@ -25,6 +25,7 @@ pub mod memory;
 pub mod meta;
 pub mod outcome;
 pub mod stats;
+pub mod throttle;
 
 use cell::Cell;
 use cellcache_io::{RunningEngine, Shutdown};

@@ -346,6 +346,8 @@ fn own(cell: &Cell, out: &mut Vec<u8>) {
     stat(out, "protocol_errors", c.protocol_errors);
     // Connections closed for holding part of a request past `io.request_timeout_secs`.
     stat(out, "request_timeouts", e.request_timeouts);
+    // Logins refused unchecked: their address failed `server.auth_failures_max` times.
+    stat(out, "auth_throttled", c.auth_throttled);
     // Connections refused because their address held `io.connections_per_address_max`.
     stat(out, "address_refusals", e.address_refusals);
     stat(out, "slabs_evicted", s.evicted_slabs);

@@ -249,6 +249,15 @@ pub struct ServerConfig {
     /// `<user> <password>`), binary ones with SASL PLAIN — and are refused until they do.
     /// Read once at start; a malformed file stops the start. Empty: no authentication.
     pub auth_file: String,
+    /// Failed logins one client address may make per `auth_failure_window_secs`; past it
+    /// its logins are refused unchecked (a right password too) until the window ends, so
+    /// passwords cannot be guessed faster. 0: no limit.
+    pub auth_failures_max: u32,
+    /// The window of `auth_failures_max`, opened by an address's first failed login.
+    pub auth_failure_window_secs: u64,
+    /// Client addresses the login limit tracks at once (memory bound); past it, new
+    /// addresses are not limited until a window ends (logged).
+    pub auth_throttle_addresses_max: usize,
     /// TLS for clients (memcached `-Z` and `-o ssl_*`): `[server.tls]`.
     pub tls: cellcache_io::tls::TlsConfig,
 }
@@ -442,6 +451,9 @@ impl Default for ServerConfig {
             detail_prefixes_max: 10_000,
             requests_per_event_max: 20,
             auth_file: String::new(),
+            auth_failures_max: 10,
+            auth_failure_window_secs: 60,
+            auth_throttle_addresses_max: 65_536,
             tls: cellcache_io::tls::TlsConfig::default(),
         }
     }

@@ -69,6 +69,26 @@ pub(crate) enum Next {
 }
 
 impl Conn {
+    /// Checks a login against `credentials`, unless this client's address is locked out
+    /// for failing too often (`crate::throttle`): then it fails unchecked.
+    fn check_login(&mut self, user: &[u8], password: &[u8]) -> bool {
+        let cell = self.cell.clone();
+        let Some(credentials) = cell.credentials.as_ref() else {
+            return false;
+        };
+        let now = std::time::Instant::now();
+        let throttle = &cell.login_throttle;
+        if !throttle.allows(self.peer_ip, now) {
+            self.counters.auth_throttled += 1;
+            return false;
+        }
+        let ok = credentials.check(user, password);
+        if !ok {
+            throttle.failed(self.peer_ip, now);
+        }
+        ok
+    }
+
     /// Counts one checked attempt and opens (or keeps shut) the gate.
     fn authenticated(&mut self, ok: bool) {
         self.counters.auth_cmds += 1;
@@ -84,9 +104,9 @@ impl Conn {
         output: &mut Vec<u8>,
         p: &mut Progress,
     ) -> Next {
-        let Some(credentials) = self.cell.credentials.as_ref() else {
+        if self.cell.credentials.is_none() {
             return Next::Continue;
-        };
+        }
         match parse_login(&input[p.consumed..]) {
             Login::Incomplete => Next::Wait,
             Login::Close => {
@@ -110,7 +130,7 @@ impl Conn {
                 consumed,
             } => {
                 p.consumed += consumed;
-                let ok = credentials.check(user, password);
+                let ok = self.check_login(user, password);
                 self.authenticated(ok);
                 let reply = if ok {
                     lines::STORED
@@ -151,9 +171,9 @@ impl Conn {
     /// frame is left to the translation, which answers "unknown command" as memcached
     /// without SASL does.
     pub(crate) fn sasl(&mut self, frame: &Frame<'_>, output: &mut Vec<u8>) -> bool {
-        let Some(credentials) = self.cell.credentials.as_ref() else {
+        if self.cell.credentials.is_none() {
             return false;
-        };
+        }
         if !matches!(frame.command, Command::SaslListMechs | Command::Sasl { .. }) {
             return false;
         }
@@ -200,7 +220,7 @@ impl Conn {
         };
         let ok = response
             .and_then(plain)
-            .is_some_and(|(user, password)| credentials.check(user, password));
+            .is_some_and(|(user, password)| self.check_login(user, password));
         self.authenticated(ok);
         let answer = if ok {
             self.auth.continued = false;

@@ -70,6 +70,7 @@ impl Service for ClientService {
             wire: Wire::Undecided,
             requests_this_event: 0,
             auth: auth::Gate::new(self.cell.credentials.is_some()),
+            peer_ip: accepted.peer.ip(),
         }
     }
 }
@@ -127,6 +128,8 @@ pub struct Conn {
     requests_this_event: u32,
     /// Whether the client may be served yet (`server.auth_file`).
     auth: auth::Gate,
+    /// The client's address (the login throttle's key).
+    peer_ip: std::net::IpAddr,
 }
 
 impl Conn {
