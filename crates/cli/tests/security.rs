@@ -303,39 +303,77 @@ fn the_admin_plane_needs_its_token() {
     assert!(stderr.contains("admin.token_file"), "{stderr}");
 }
 
-/// Idle connections to the admin port are closed after `admin.connection_timeout_ms`, and
-/// past `admin.connections_max` at once: the operator still gets in.
+/// Whether the server closed `s` (reads its end now, without waiting).
+fn closed_now(s: &TcpStream) -> bool {
+    s.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 64];
+    let closed = match (&*s).read(&mut buf) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+    };
+    s.set_nonblocking(false).unwrap();
+    closed
+}
+
+/// 3,000 idle connections to the admin port: past `admin.connections_max` each is closed
+/// at once (the held ones stay until their lifetime, set long here), and the operator gets
+/// in once a slot frees; each connection lives at most `admin.connection_timeout_ms`.
 #[test]
 fn idle_connections_cannot_hold_the_admin_port() {
     if common::is_memcached() {
         return;
     }
+    const FLOOD: usize = 3_000;
+    const MAX: usize = 8;
     let env = [
         ("CELLCACHE_ADMIN__CONNECTIONS_MAX", "8"),
-        ("CELLCACHE_ADMIN__CONNECTION_TIMEOUT_MS", "500"),
+        ("CELLCACHE_ADMIN__CONNECTION_TIMEOUT_MS", "600000"),
     ];
     let server = common::Server::start_with_env(&["--standalone"], &env);
     let admin = server.admin.expect("an admin port");
-    let idle: Vec<TcpStream> = (0..64)
+    let health = || {
+        cellcache_node::admin::client::call(
+            &admin.to_string(),
+            "GET",
+            "/health",
+            None,
+            Duration::from_secs(2),
+        )
+        .is_ok_and(|r| r.ok())
+    };
+    let mut idle: Vec<TcpStream> = (0..FLOOD)
         .filter_map(|_| TcpStream::connect(admin).ok())
         .collect();
-    assert!(!idle.is_empty());
+    assert!(idle.len() > MAX);
+    // Long before their lifetime ends, all but the held ones are closed.
     common::wait_until(
-        "the operator gets an answer despite the idle flood",
+        "every connection past admin.connections_max closed",
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || idle.iter().filter(|s| !closed_now(s)).count() <= MAX,
+    );
+    idle.retain(|s| !closed_now(s));
+    assert_eq!(idle.len(), MAX, "the held ones stay");
+    assert!(!health(), "every slot is held");
+    idle.pop();
+    common::wait_until(
+        "the operator gets a freed slot",
         Duration::from_secs(30),
         Duration::from_millis(100),
-        || {
-            cellcache_node::admin::client::call(
-                &admin.to_string(),
-                "GET",
-                "/health",
-                None,
-                Duration::from_secs(2),
-            )
-            .is_ok_and(|r| r.ok())
-        },
+        health,
     );
     drop(idle);
+    // A connection's lifetime: an idle one is closed once it ends.
+    let env = [("CELLCACHE_ADMIN__CONNECTION_TIMEOUT_MS", "300")];
+    let server = common::Server::start_with_env(&["--standalone"], &env);
+    let lingering = TcpStream::connect(server.admin.expect("an admin port")).unwrap();
+    common::wait_until(
+        "an idle admin connection closed after admin.connection_timeout_ms",
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        || closed_now(&lingering),
+    );
 }
 
 /// An idle flood of the peer port: each connection is closed once it has not finished its
@@ -345,7 +383,7 @@ fn idle_connections_cannot_hold_the_peer_port() {
     if common::is_memcached() {
         return;
     }
-    const FLOOD: usize = 300;
+    const FLOOD: usize = 3_000;
     let secret = secret_file("flood");
     let path = secret.to_str().expect("utf-8");
     let ring = Ring::start_with_env(
