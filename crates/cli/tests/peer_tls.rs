@@ -17,10 +17,7 @@ use std::time::{Duration, Instant};
 
 use cellcache_cluster::wire::{self, FrameKind, WireConfig, payload};
 use common::Ring;
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-    KeyUsagePurpose,
-};
+use common::tls::Ca;
 
 /// The name every cell's certificate carries (`cluster.tls.server_name`'s default).
 const SERVER_NAME: &str = "cellcache";
@@ -30,50 +27,6 @@ fn dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("cellcache-peertls-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temp dir");
     dir
-}
-
-/// A certificate authority: its certificate (written to `DIR/NAME-ca.pem`) and key.
-struct Ca {
-    cert: rcgen::Certificate,
-    key: KeyPair,
-    pem: PathBuf,
-}
-
-impl Ca {
-    fn new(dir: &Path, name: &str) -> Ca {
-        let mut p = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        p.distinguished_name
-            .push(DnType::CommonName, format!("{name} test CA"));
-        p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let key = KeyPair::generate().expect("a CA key");
-        let cert = p.self_signed(&key).expect("the CA certificate");
-        let pem = dir.join(format!("{name}-ca.pem"));
-        std::fs::write(&pem, cert.pem()).expect("CA written");
-        Ca { cert, key, pem }
-    }
-
-    /// A cell certificate for `dns_name` (server and client use) signed by this CA, written
-    /// to `DIR/FILE.pem` and `DIR/FILE.key`: `(cert, key)` paths.
-    fn issue(&self, dir: &Path, file: &str, dns_name: &str) -> (PathBuf, PathBuf) {
-        let mut p = CertificateParams::new(vec![dns_name.to_string()]).expect("cell params");
-        p.distinguished_name.push(DnType::CommonName, dns_name);
-        p.extended_key_usages = vec![
-            ExtendedKeyUsagePurpose::ServerAuth,
-            ExtendedKeyUsagePurpose::ClientAuth,
-        ];
-        let key = KeyPair::generate().expect("a cell key");
-        let cert = p
-            .signed_by(&key, &self.cert, &self.key)
-            .expect("the cell certificate");
-        let (c, k) = (
-            dir.join(format!("{file}.pem")),
-            dir.join(format!("{file}.key")),
-        );
-        std::fs::write(&c, cert.pem()).expect("certificate written");
-        std::fs::write(&k, key.serialize_pem()).expect("key written");
-        (c, k)
-    }
 }
 
 /// The `--peer-tls-*` flags of a cell presenting `cert`/`key` and trusting `ca`.
@@ -241,7 +194,7 @@ fn a_ring_with_peer_tls_and_a_secret_serves_and_survives_a_kill() {
     }
     let d = dir("ring");
     let ca = Ca::new(&d, "ring");
-    let (cert, key) = ca.issue(&d, "cell", SERVER_NAME);
+    let (cert, key) = ca.issue(&d, "cell", &[SERVER_NAME]);
     let secret = secret_file(&d);
     let flags = tls_flags(&cert, &key, &ca.pem);
     let mut args: Vec<&str> = vec!["-m", "32"];
@@ -298,10 +251,10 @@ fn peers_without_the_rings_certificate_are_closed_before_any_frame() {
     }
     let d = dir("forged");
     let ca = Ca::new(&d, "ring");
-    let (cert, key) = ca.issue(&d, "cell", SERVER_NAME);
+    let (cert, key) = ca.issue(&d, "cell", &[SERVER_NAME]);
     let other = Ca::new(&d, "other");
-    let (other_cert, other_key) = other.issue(&d, "other-cell", SERVER_NAME);
-    let (misnamed_cert, misnamed_key) = ca.issue(&d, "misnamed", "intruder.example");
+    let (other_cert, other_key) = other.issue(&d, "other-cell", &[SERVER_NAME]);
+    let (misnamed_cert, misnamed_key) = ca.issue(&d, "misnamed", &["intruder.example"]);
     let flags = tls_flags(&cert, &key, &ca.pem);
     let mut args: Vec<&str> = vec!["-m", "32"];
     args.extend(flags.iter().map(String::as_str));
@@ -364,7 +317,7 @@ fn a_partial_or_unreadable_peer_tls_configuration_stops_the_start() {
     }
     let d = dir("partial");
     let ca = Ca::new(&d, "ring");
-    let (cert, _key) = ca.issue(&d, "cell", SERVER_NAME);
+    let (cert, _key) = ca.issue(&d, "cell", &[SERVER_NAME]);
     let serve = || {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_cellcache"));
         cmd.args(["serve", "-l", "127.0.0.1", "-p", "0"]);
@@ -388,7 +341,7 @@ fn a_partial_or_unreadable_peer_tls_configuration_stops_the_start() {
     assert!(!ok, "started without its key: {stderr}");
     assert!(stderr.contains("no-such-key.pem"), "{stderr}");
     // A key that is not the certificate's.
-    let (_, other_key) = ca.issue(&d, "other", SERVER_NAME);
+    let (_, other_key) = ca.issue(&d, "other", &[SERVER_NAME]);
     let (ok, stderr) = run_bounded(
         serve().args(tls_flags(&cert, &other_key, &ca.pem)),
         Duration::from_secs(30),
@@ -404,7 +357,7 @@ fn a_cell_cannot_join_a_ring_whose_peer_tls_differs() {
     }
     let d = dir("join");
     let ca = Ca::new(&d, "ring");
-    let (cert, key) = ca.issue(&d, "cell", SERVER_NAME);
+    let (cert, key) = ca.issue(&d, "cell", &[SERVER_NAME]);
     let flags = tls_flags(&cert, &key, &ca.pem);
     // A cell with TLS and a ring without: it says why and exits, without retrying.
     let plain = Ring::start(1, &["-m", "32"]);

@@ -81,7 +81,7 @@ fn a_tls_client_is_served() {
             .map(|(_, v)| v.clone())
     };
     assert_eq!(setting("ssl_enabled").as_deref(), Some("yes"));
-    assert_eq!(setting("ssl_chain_cert"), Some(pki.path("server.crt")));
+    assert_eq!(setting("ssl_chain_cert"), Some(pki.path("server.pem")));
 }
 
 #[test]
@@ -113,7 +113,7 @@ fn openssl_s_client_is_served() {
     let server = tls_server(&pki, &[], &[]);
     let mut child = std::process::Command::new("openssl")
         .args(["s_client", "-quiet", "-verify_return_error", "-CAfile"])
-        .arg(pki.path("ca.crt"))
+        .arg(pki.path("ca-ca.pem"))
         .args([
             "-connect",
             &server.addr.to_string(),
@@ -210,7 +210,7 @@ fn half_sent_requests_and_handshakes_are_closed_after_the_request_timeout() {
 #[test]
 fn required_client_certificates_are_checked() {
     let pki = Pki::new();
-    let option = format!("ssl_ca_cert={},ssl_verify_mode=2", pki.path("ca.crt"));
+    let option = format!("ssl_ca_cert={},ssl_verify_mode=2", pki.path("ca-ca.pem"));
     let mut server = tls_server(&pki, &["-o", &option], &[]);
     for refused in [None, Some("stranger")] {
         server.tls_client = Some(pki.client(refused));
@@ -243,7 +243,7 @@ fn tls_without_its_files_does_not_start() {
             vec![
                 "-Z".into(),
                 "-o".into(),
-                format!("ssl_chain_cert={}", pki.path("server.crt")),
+                format!("ssl_chain_cert={}", pki.path("server.pem")),
             ],
             "ssl_key",
         ),
@@ -253,7 +253,7 @@ fn tls_without_its_files_does_not_start() {
                 "-o".into(),
                 format!(
                     "ssl_chain_cert={},ssl_key={}",
-                    pki.path("server.crt"),
+                    pki.path("server.pem"),
                     pki.path("client.key")
                 ),
             ],

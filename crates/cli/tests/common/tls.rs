@@ -1,7 +1,7 @@
 //! TLS for the harness: a CA with certificates made for the test (rcgen), and what a
 //! [`super::Client`] needs to speak TLS to a cell (or memcached) started with `-Z`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
@@ -9,9 +9,60 @@ use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore};
 
-/// A CA and certificates it signed, as PEM files in a directory of their own: `server`
-/// (for `localhost` and 127.0.0.1) and `client`; plus `other-ca` and `stranger`, a CA the
-/// server does not know and a client certificate it signed.
+/// A certificate authority: its certificate (written to `DIR/NAME-ca.pem`) and key.
+pub struct Ca {
+    cert: rcgen::Certificate,
+    key: rcgen::KeyPair,
+    /// The CA certificate's PEM file.
+    pub pem: PathBuf,
+}
+
+impl Ca {
+    pub fn new(dir: &Path, name: &str) -> Ca {
+        let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        p.distinguished_name
+            .push(rcgen::DnType::CommonName, format!("{name} test CA"));
+        p.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::CrlSign,
+        ];
+        let key = rcgen::KeyPair::generate().expect("a CA key");
+        let cert = p.self_signed(&key).expect("the CA certificate");
+        let pem = dir.join(format!("{name}-ca.pem"));
+        std::fs::write(&pem, cert.pem()).expect("CA written");
+        Ca { cert, key, pem }
+    }
+
+    /// A certificate for `names` (DNS names or IP addresses; server and client use) signed
+    /// by this CA, written to `DIR/FILE.pem` and `DIR/FILE.key`: `(cert, key)` paths.
+    pub fn issue(&self, dir: &Path, file: &str, names: &[&str]) -> (PathBuf, PathBuf) {
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let mut p = rcgen::CertificateParams::new(names.clone()).expect("leaf params");
+        p.distinguished_name
+            .push(rcgen::DnType::CommonName, names[0].as_str());
+        p.extended_key_usages = vec![
+            rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+            rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let key = rcgen::KeyPair::generate().expect("a key");
+        let cert = p
+            .signed_by(&key, &self.cert, &self.key)
+            .expect("the certificate");
+        let (c, k) = (
+            dir.join(format!("{file}.pem")),
+            dir.join(format!("{file}.key")),
+        );
+        std::fs::write(&c, cert.pem()).expect("certificate written");
+        std::fs::write(&k, key.serialize_pem()).expect("key written");
+        (c, k)
+    }
+}
+
+/// A CA (`ca-ca.pem`) and certificates it signed, in a directory of their own: `server`
+/// (for `localhost` and 127.0.0.1) and `client`; plus a CA the server does not know
+/// (`other-ca.pem`) and a client certificate it signed, `stranger`. Files are
+/// `NAME.pem` and `NAME.key`.
 pub struct Pki {
     pub dir: PathBuf,
 }
@@ -25,36 +76,11 @@ impl Pki {
             N.fetch_add(1, Relaxed)
         ));
         std::fs::create_dir_all(&dir).unwrap();
-        let pki = Pki { dir };
-        let (ca, ca_key) = pki.ca("ca");
-        pki.leaf("server", &["localhost", "127.0.0.1"], &ca, &ca_key);
-        pki.leaf("client", &["client"], &ca, &ca_key);
-        let (other, other_key) = pki.ca("other-ca");
-        pki.leaf("stranger", &["client"], &other, &other_key);
-        pki
-    }
-
-    fn ca(&self, name: &str) -> (rcgen::Certificate, rcgen::KeyPair) {
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, format!("cellcache test {name}"));
-        let key = rcgen::KeyPair::generate().unwrap();
-        let cert = params.self_signed(&key).unwrap();
-        std::fs::write(self.dir.join(format!("{name}.crt")), cert.pem()).unwrap();
-        (cert, key)
-    }
-
-    fn leaf(&self, name: &str, sans: &[&str], ca: &rcgen::Certificate, ca_key: &rcgen::KeyPair) {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let sans: Vec<String> = sans.iter().map(|s| s.to_string()).collect();
-        let cert = rcgen::CertificateParams::new(sans)
-            .unwrap()
-            .signed_by(&key, ca, ca_key)
-            .unwrap();
-        std::fs::write(self.dir.join(format!("{name}.crt")), cert.pem()).unwrap();
-        std::fs::write(self.dir.join(format!("{name}.key")), key.serialize_pem()).unwrap();
+        let ca = Ca::new(&dir, "ca");
+        ca.issue(&dir, "server", &["localhost", "127.0.0.1"]);
+        ca.issue(&dir, "client", &["client"]);
+        Ca::new(&dir, "other").issue(&dir, "stranger", &["client"]);
+        Pki { dir }
     }
 
     pub fn path(&self, file: &str) -> String {
@@ -65,7 +91,7 @@ impl Pki {
     pub fn server_option(&self) -> String {
         format!(
             "ssl_chain_cert={},ssl_key={}",
-            self.path("server.crt"),
+            self.path("server.pem"),
             self.path("server.key")
         )
     }
@@ -74,7 +100,7 @@ impl Pki {
     /// `stranger`) when given.
     pub fn client(&self, cert: Option<&str>) -> Arc<ClientConfig> {
         let mut roots = RootCertStore::empty();
-        for c in CertificateDer::pem_file_iter(self.path("ca.crt")).unwrap() {
+        for c in CertificateDer::pem_file_iter(self.path("ca-ca.pem")).unwrap() {
             roots.add(c.unwrap()).unwrap();
         }
         let builder = ClientConfig::builder_with_provider(provider())
@@ -84,7 +110,7 @@ impl Pki {
         Arc::new(match cert {
             None => builder.with_no_client_auth(),
             Some(name) => {
-                let chain = CertificateDer::pem_file_iter(self.path(&format!("{name}.crt")))
+                let chain = CertificateDer::pem_file_iter(self.path(&format!("{name}.pem")))
                     .unwrap()
                     .map(Result::unwrap)
                     .collect();
