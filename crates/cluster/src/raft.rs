@@ -347,6 +347,21 @@ impl RaftGroup {
         reply.map_err(bad)
     }
 
+    /// The node a Raft RPC says it comes from: the leader for appends and snapshots, the
+    /// candidate for a vote (the `vote` every one of them carries). The receiver checks it
+    /// against the cell that sent the frame before handling the RPC. `None`: not a Raft
+    /// RPC this version sends.
+    pub fn rpc_sender(rpc: RaftRpc, body: &[u8]) -> Option<RaftNodeId> {
+        #[derive(Deserialize)]
+        struct Head {
+            vote: openraft::Vote<RaftNodeId>,
+        }
+        // Every one of the three requests has its `vote` at the top level.
+        let _ = rpc;
+        let head: Head = serde_json::from_slice(body).ok()?;
+        Some(head.vote.leader_id().voted_for()?)
+    }
+
     /// Whether `epoch` is the group's current map: a linearizable read through the leader
     /// (what `ring::Output::ConfirmMap` asks). False on a follower or without quorum.
     pub async fn confirm_map(&self, epoch: u64) -> bool {

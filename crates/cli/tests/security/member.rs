@@ -358,3 +358,45 @@ fn a_map_pushed_by_a_member_is_not_installed() {
         assert_eq!(c.get_value(k), Some(format!("v-{k}")));
     }
 }
+
+/// A member's consensus messages count only as the cell it claims to be, and only if the
+/// map has that cell: a vote request naming another node (an election in another cell's
+/// name, with a term far ahead to unseat the leader) and any consensus frame from a cell the
+/// map does not have are refused, and the ring serves on.
+#[test]
+fn a_member_cannot_vote_in_another_cells_name() {
+    if common::is_memcached() {
+        return;
+    }
+    let secret = secret_file("vote");
+    let ring = ring_with_secret(3, &secret);
+    let before = epoch(&ring, 0);
+    const OP_VOTE: u8 = 2;
+    let vote = br#"{"vote":{"leader_id":{"term":1000000,"node_id":12345},"committed":false},"last_log_id":null}"#;
+    let request = [&[OP_VOTE][..], vote].concat();
+    for i in 0..3 {
+        let (_, peer, ring_id) = addresses(&ring, i);
+        let mut member = Member::connect(&peer, &secret, ring_id, &ring.id((i + 1) % 3));
+        let (kind, reply) = member.call(FrameKind::Consensus, before, &request);
+        assert_eq!(kind, FrameKind::Consensus);
+        assert!(
+            reply.first() == Some(&1) && String::from_utf8_lossy(&reply).contains("another node"),
+            "cell {i} answered {:?}",
+            String::from_utf8_lossy(&reply)
+        );
+        let mut stranger = Member::connect(&peer, &secret, ring_id, "99");
+        let (_, reply) = stranger.call(FrameKind::Consensus, before, &request);
+        assert!(
+            String::from_utf8_lossy(&reply).contains("not a cell of this map"),
+            "cell {i} answered a stranger {:?}",
+            String::from_utf8_lossy(&reply)
+        );
+        assert!(stat(&ring, i, "cluster_consensus_refused") >= 2);
+    }
+    let keys = keys_of(&ring, 0, 30);
+    write_all(&ring, 1, &keys);
+    let mut c = ring.cells[2].connect();
+    for k in &keys {
+        assert_eq!(c.get_value(k), Some(format!("v-{k}")));
+    }
+}

@@ -240,3 +240,25 @@ async fn three_replicas_commit_elect_and_fail_over() {
         group(&router, id).shutdown().await.unwrap();
     }
 }
+
+/// The sender a receiver checks is the node the RPC's `vote` names, for each kind.
+#[test]
+fn rpc_sender_reads_the_vote_of_every_rpc() {
+    let vote = openraft::Vote::new_committed(3, 7u64);
+    let append: AppendEntriesRequest<MapRaft> = AppendEntriesRequest {
+        vote,
+        prev_log_id: None,
+        entries: Vec::new(),
+        leader_commit: None,
+    };
+    let body = serde_json::to_vec(&append).unwrap();
+    assert_eq!(
+        RaftGroup::rpc_sender(RaftRpc::AppendEntries, &body),
+        Some(7)
+    );
+    let ballot = VoteRequest::new(openraft::Vote::new(4, 9u64), None);
+    let body = serde_json::to_vec(&ballot).unwrap();
+    assert_eq!(RaftGroup::rpc_sender(RaftRpc::Vote, &body), Some(9));
+    assert_eq!(RaftGroup::rpc_sender(RaftRpc::Vote, b"{}"), None);
+    assert_eq!(RaftGroup::rpc_sender(RaftRpc::Vote, b"not json"), None);
+}

@@ -26,6 +26,9 @@ pub(super) struct ClusterStats {
     pub(super) forward_not_member: AtomicU64,
     /// Maps a peer pushed (`MapUpdate` frames): never installed, only a hint to catch up.
     pub(super) map_pushes_ignored: AtomicU64,
+    /// Consensus frames refused: their sender is not a cell of this cell's map, or a Raft
+    /// RPC names another node than the cell that sent it.
+    pub(super) consensus_refused: AtomicU64,
     pub(super) maps_installed: AtomicU64,
     /// Crash suspicions this cell, as the consensus leader, refused because the suspect
     /// answered its probe ([`super::group::vet`]).
@@ -64,6 +67,7 @@ pub struct ClusterCounters {
     pub replicate_unentitled: u64,
     pub forward_not_member: u64,
     pub map_pushes_ignored: u64,
+    pub consensus_refused: u64,
     pub maps_installed: u64,
     pub suspicions_refuted: u64,
     pub values_rebuilt: u64,
@@ -94,6 +98,7 @@ impl Cluster {
             replicate_unentitled: get(&s.replicate_unentitled),
             forward_not_member: get(&s.forward_not_member),
             map_pushes_ignored: get(&s.map_pushes_ignored),
+            consensus_refused: get(&s.consensus_refused),
             maps_installed: get(&s.maps_installed),
             suspicions_refuted: get(&s.suspicions_refuted),
             values_rebuilt: get(&s.values_rebuilt),
@@ -119,6 +124,7 @@ impl crate::cell::RingFigures for Cluster {
         stat(out, "cluster_epoch", self.epoch());
         stat(out, "cluster_maps_installed", c.maps_installed);
         stat(out, "cluster_map_pushes_ignored", c.map_pushes_ignored);
+        stat(out, "cluster_consensus_refused", c.consensus_refused);
         stat(out, "cluster_forwarded", c.forwarded);
         stat(out, "cluster_suspicions_refuted", c.suspicions_refuted);
         stat(out, "cluster_forward_refused", c.refused);

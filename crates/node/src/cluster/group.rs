@@ -4,13 +4,18 @@
 //! Request payload: one op byte, then the body. Reply payload: one status byte (0 ok,
 //! 1 refused/failed, 2 not the leader), then the body.
 //!
+//! Only cells of the receiver's map take part: a `Consensus` frame from a cell the map does
+//! not have is refused, and so is a Raft RPC whose `vote` names another node than the cell
+//! that sent it (a member cannot vote, or lead, in another cell's name). Counted as
+//! `cluster_consensus_refused`.
+//!
 //! The leader vets a crash suspicion before proposing it ([`vet`]): it probes the suspect
 //! itself and through a third cell, so one broken link between a cell and its successor
 //! does not evict a healthy successor (tested in `crates/cli/tests/failures/partitions.rs`).
 
 use std::sync::{Arc, Weak};
 
-use cellcache_cluster::raft::{RaftNodeId, RaftRpc, RaftTransport, TransportError};
+use cellcache_cluster::raft::{RaftGroup, RaftNodeId, RaftRpc, RaftTransport, TransportError};
 use cellcache_cluster::wire::FrameKind;
 use cellcache_cluster::{
     AbsorptionReason, CellId, Change, ClusterMap, Consensus, ConsensusError, Proposal,
@@ -80,11 +85,21 @@ impl RaftTransport for Transport {
     }
 }
 
-/// Answers a `Consensus` frame's payload.
-pub async fn handle(cl: Arc<Cluster>, payload: Vec<u8>) -> Vec<u8> {
+/// Answers a `Consensus` frame's payload from the cell `from` (its `Hello`).
+pub async fn handle(cl: Arc<Cluster>, from: &CellId, payload: Vec<u8>) -> Vec<u8> {
     let Some((&op, body)) = payload.split_first() else {
         return vec![FAILED];
     };
+    let refuse = |why: &str| {
+        cl.stats
+            .consensus_refused
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tracing::debug!(%from, why, "consensus frame refused");
+        [&[FAILED][..], why.as_bytes()].concat()
+    };
+    if !cl.is_member(from) {
+        return refuse("not a cell of this map");
+    }
     let Some(raft) = cl.raft.get() else {
         return [&[FAILED][..], b"consensus not started"].concat();
     };
@@ -95,6 +110,9 @@ pub async fn handle(cl: Arc<Cluster>, payload: Vec<u8>) -> Vec<u8> {
         _ => None,
     };
     if let Some(rpc) = rpc {
+        if RaftGroup::rpc_sender(rpc, body) != Some(raft_id(from)) {
+            return refuse("the RPC names another node than its sender");
+        }
         return match raft.handle_rpc(rpc, body).await {
             Ok(b) => [&[OK][..], &b].concat(),
             Err(e) => [&[FAILED][..], e.to_string().as_bytes()].concat(),

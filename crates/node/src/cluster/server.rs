@@ -302,8 +302,9 @@ fn on_frame(cl: &Arc<Cluster>, from: &CellId, conn: &mut PeerConn, f: OwnedFrame
         FrameKind::Consensus => {
             let tx = tx.clone();
             let cl = cl.clone();
+            let from = from.clone();
             cl.handle.clone().spawn(async move {
-                let reply = super::group::handle(cl, f.payload).await;
+                let reply = super::group::handle(cl, &from, f.payload).await;
                 tx.send(FrameKind::Consensus, id, reply);
             });
         }
