@@ -294,16 +294,30 @@ impl Ring {
             netns,
         };
         for i in 0..3 {
-            let join = (!ring.cells.is_empty()).then(|| ring.peer_of(0));
-            let peer = free_port().expect("free port");
-            let mut spec = spec(&format!("{name}-{i}"), peer, join);
-            for (k, v) in env {
-                spec = spec.env(*k, *v);
-            }
-            if let Some((ns, _)) = &ring.netns {
-                spec = ns.place(i, spec);
-            }
-            ring.cells.push(Server::start(spec).expect("cell starts"));
+            // A free port found now may be taken by another test's process before the cell
+            // binds it: the cell then exits, and starts again on other ports.
+            let mut attempts = 0;
+            let server = loop {
+                let join = (!ring.cells.is_empty()).then(|| ring.peer_of(0));
+                let peer = free_port().expect("free port");
+                let mut spec = spec(&format!("{name}-{i}"), peer, join);
+                for (k, v) in env {
+                    spec = spec.env(*k, *v);
+                }
+                if let Some((ns, _)) = &ring.netns {
+                    spec = ns.place(i, spec);
+                }
+                match Server::start(spec) {
+                    Ok(server) => break server,
+                    Err(e)
+                        if attempts < 3 && format!("{e:?}").contains("Address already in use") =>
+                    {
+                        attempts += 1;
+                    }
+                    Err(e) => panic!("cell starts: {e:?}"),
+                }
+            };
+            ring.cells.push(server);
             ring.wait_stable(i + 1, "forming");
         }
         ring
