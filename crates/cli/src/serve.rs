@@ -377,7 +377,16 @@ fn apply_extended(c: &mut NodeConfig, spec: &str, ignored: &mut Vec<String>) -> 
             "ssl_chain_cert" => c.server.tls.chain_cert = text()?,
             "ssl_key" => c.server.tls.key = text()?,
             "ssl_ca_cert" => c.server.tls.ca_cert = text()?,
-            "ssl_min_version" => c.server.tls.min_version = text()?,
+            // memcached takes the name or its number (0 tlsv1.0 … 3 tlsv1.3).
+            "ssl_min_version" => {
+                c.server.tls.min_version = match text()?.as_str() {
+                    "0" => "tlsv1.0".into(),
+                    "1" => "tlsv1.1".into(),
+                    "2" => "tlsv1.2".into(),
+                    "3" => "tlsv1.3".into(),
+                    name => name.into(),
+                }
+            }
             "ssl_verify_mode" => {
                 let mode = number()?;
                 anyhow::ensure!(

@@ -359,7 +359,7 @@ impl RaftGroup {
         // Every one of the three requests has its `vote` at the top level.
         let _ = rpc;
         let head: Head = serde_json::from_slice(body).ok()?;
-        Some(head.vote.leader_id().voted_for()?)
+        head.vote.leader_id().voted_for()
     }
 
     /// Whether `epoch` is the group's current map: a linearizable read through the leader

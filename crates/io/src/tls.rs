@@ -209,25 +209,91 @@ pub struct TlsStats {
     /// Connections closed because their TLS failed: a handshake that did not complete, a
     /// record that did not decrypt, plain text on the TLS port (`ssl_handshake_errors`).
     pub handshake_errors: AtomicU64,
+    /// Decrypted bytes handed to sessions: what clients sent, as memcached's `bytes_read`
+    /// counts it under TLS (the engine counts the ciphertext).
+    pub bytes_read: AtomicU64,
+    /// Bytes sessions wrote, before encryption (memcached's `bytes_written` under TLS).
+    pub bytes_written: AtomicU64,
 }
 
-/// A [`Service`] whose sessions speak TLS to their clients (see the module's doc).
+impl TlsStats {
+    /// `stats reset`: the byte counts (the TLS-specific ones are not reset, as memcached's).
+    pub fn reset(&self) {
+        self.bytes_read.store(0, Relaxed);
+        self.bytes_written.store(0, Relaxed);
+    }
+}
+
+/// The server certificate and key new TLS sessions use: read at start, and again on
+/// [`TlsCerts::refresh`] (memcached's `refresh_certs`), after which new connections get the
+/// new ones and open ones keep theirs.
+#[derive(Debug)]
+pub struct TlsCerts {
+    config: TlsConfig,
+    current: std::sync::RwLock<Arc<ServerConfig>>,
+    refreshed: std::sync::Mutex<std::time::Instant>,
+}
+
+impl TlsCerts {
+    /// Reads and checks the files `config` names.
+    pub fn load(config: &TlsConfig) -> Result<Arc<TlsCerts>, TlsError> {
+        Ok(Arc::new(TlsCerts {
+            current: std::sync::RwLock::new(server_config(config)?),
+            config: config.clone(),
+            refreshed: std::sync::Mutex::new(std::time::Instant::now()),
+        }))
+    }
+
+    /// Reads the files again; on an error the certificates in use stay.
+    pub fn refresh(&self) -> Result<(), TlsError> {
+        let fresh = server_config(&self.config)?;
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = fresh;
+        *self.refreshed.lock().unwrap_or_else(|e| e.into_inner()) = std::time::Instant::now();
+        Ok(())
+    }
+
+    /// Since the files were last read (memcached's `time_since_server_cert_refresh`).
+    pub fn since_refresh(&self) -> std::time::Duration {
+        self.refreshed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .elapsed()
+    }
+
+    fn current(&self) -> Arc<ServerConfig> {
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+/// A [`Service`] whose sessions speak TLS to their clients (see the module's doc), but on
+/// the listeners given as plain (memcached's `-l notls:ADDR`).
 pub struct TlsService<S> {
     inner: Arc<S>,
-    config: Arc<ServerConfig>,
+    certs: Arc<TlsCerts>,
     stats: Arc<TlsStats>,
     input_max: usize,
+    plain_listeners: Vec<std::net::SocketAddr>,
 }
 
 impl<S: Service> TlsService<S> {
     /// Wraps `inner`; decrypted input held per connection is bounded by `input_max` (the
-    /// engine's `input_buffer_max_bytes`).
-    pub fn new(inner: Arc<S>, config: Arc<ServerConfig>, input_max: usize) -> Self {
+    /// engine's `input_buffer_max_bytes`). Connections accepted on `plain_listeners` are
+    /// served without TLS.
+    pub fn new(
+        inner: Arc<S>,
+        certs: Arc<TlsCerts>,
+        input_max: usize,
+        plain_listeners: Vec<std::net::SocketAddr>,
+    ) -> Self {
         Self {
             inner,
-            config,
+            certs,
             stats: Arc::default(),
             input_max,
+            plain_listeners,
         }
     }
 
@@ -236,11 +302,43 @@ impl<S: Service> TlsService<S> {
     }
 }
 
+/// A client session of a [`TlsService`]: TLS, or plain on a `notls` listener.
+pub enum TlsOrPlain<S> {
+    Tls(Box<TlsSession<S>>),
+    Plain(S),
+}
+
+impl<S: Session> Session for TlsOrPlain<S> {
+    fn on_input(&mut self, input: &[u8], output: &mut Vec<u8>, output_budget: usize) -> Progress {
+        match self {
+            TlsOrPlain::Tls(s) => s.on_input(input, output, output_budget),
+            TlsOrPlain::Plain(s) => s.on_input(input, output, output_budget),
+        }
+    }
+
+    fn on_notify(&mut self, output: &mut Vec<u8>, output_budget: usize) -> Progress {
+        match self {
+            TlsOrPlain::Tls(s) => s.on_notify(output, output_budget),
+            TlsOrPlain::Plain(s) => s.on_notify(output, output_budget),
+        }
+    }
+
+    fn on_close(&mut self) {
+        match self {
+            TlsOrPlain::Tls(s) => s.on_close(),
+            TlsOrPlain::Plain(s) => s.on_close(),
+        }
+    }
+}
+
 impl<S: Service> Service for TlsService<S> {
-    type Session = TlsSession<S::Session>;
+    type Session = TlsOrPlain<S::Session>;
 
     fn open(&self, conn: Accepted, notify: Notify) -> Self::Session {
-        let tls = ServerConnection::new(self.config.clone())
+        if self.plain_listeners.contains(&conn.listener) {
+            return TlsOrPlain::Plain(self.inner.open(conn, notify));
+        }
+        let tls = ServerConnection::new(self.certs.current())
             .inspect_err(|e| tracing::error!(error = %e, "cannot start a TLS session"))
             .ok()
             .map(|mut tls| {
@@ -250,7 +348,7 @@ impl<S: Service> Service for TlsService<S> {
                 tls.set_buffer_limit(None);
                 tls
             });
-        TlsSession {
+        TlsOrPlain::Tls(Box::new(TlsSession {
             tls,
             inner: self.inner.open(conn, notify),
             plain: Vec::new(),
@@ -261,7 +359,7 @@ impl<S: Service> Service for TlsService<S> {
             received: false,
             peer_closed: false,
             closed: false,
-        }
+        }))
     }
 }
 
@@ -320,6 +418,9 @@ impl<S: Session> TlsSession<S> {
     fn seal(&mut self, output: &mut Vec<u8>, close: bool) {
         let Some(tls) = self.tls.as_mut() else { return };
         if !self.scratch.is_empty() {
+            self.stats
+                .bytes_written
+                .fetch_add(self.scratch.len() as u64, Relaxed);
             // Without a buffer limit (removed in `open`) rustls takes every byte.
             if let Err(e) = tls.writer().write_all(&self.scratch) {
                 tracing::warn!(error = %e, "TLS refused a reply; closing");
@@ -374,8 +475,13 @@ impl<S: Session> Session for TlsSession<S> {
                 Ok(n) => consumed += n,
             }
             self.received = true;
+            let before = self.plain.len();
             match decrypt(tls, &mut self.plain) {
-                Ok(closed) => self.peer_closed |= closed,
+                Ok(closed) => {
+                    self.peer_closed |= closed;
+                    let n = self.plain.len() - before;
+                    self.stats.bytes_read.fetch_add(n as u64, Relaxed);
+                }
                 Err(e) => {
                     self.stats.handshake_errors.fetch_add(1, Relaxed);
                     tracing::debug!(error = %e, handshaken = self.handshaken, "TLS failed; closing the connection");

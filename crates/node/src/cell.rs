@@ -28,8 +28,9 @@ pub struct Cell {
     pub shutdown: Shutdown,
     /// Set once the engine runs (its counters feed `stats`).
     pub engine_stats: OnceLock<Arc<EngineStats>>,
-    /// Set once the engine runs with client TLS (`server.tls`): its counters feed `stats`.
-    pub tls_stats: OnceLock<Arc<cellcache_io::tls::TlsStats>>,
+    /// Set once the engine runs with client TLS (`server.tls`): its certificates
+    /// (`refresh_certs`) and counters (`stats`).
+    pub tls: OnceLock<ClientTls>,
     /// The engine actually running (`auto` resolved).
     pub engine: OnceLock<IoEngineKind>,
     pub started: Instant,
@@ -42,6 +43,12 @@ pub struct Cell {
     pub credentials: Option<crate::credentials::Credentials>,
     /// Failed logins per client address (`server.auth_failures_max`).
     pub login_throttle: crate::throttle::LoginThrottle,
+}
+
+/// Client TLS of a running cell.
+pub struct ClientTls {
+    pub certs: Arc<cellcache_io::tls::TlsCerts>,
+    pub stats: Arc<cellcache_io::tls::TlsStats>,
 }
 
 /// What a ring member adds to `stats cellcache` (its `cluster_*` lines).
@@ -72,7 +79,7 @@ impl Cell {
             verbosity: std::sync::atomic::AtomicU32::new(0),
             shutdown,
             engine_stats: OnceLock::new(),
-            tls_stats: OnceLock::new(),
+            tls: OnceLock::new(),
             engine: OnceLock::new(),
             started: Instant::now(),
             started_unix: unix_now_secs(),

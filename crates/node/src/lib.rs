@@ -103,7 +103,7 @@ impl Node {
         let credentials = credentials::Credentials::load(&config.server.auth_file)?;
         // Read and checked before anything else starts: a bad file stops the start here.
         let tls = if config.server.tls.enabled {
-            Some(cellcache_io::tls::server_config(&config.server.tls)?)
+            Some(cellcache_io::tls::TlsCerts::load(&config.server.tls)?)
         } else {
             None
         };
@@ -164,10 +164,13 @@ impl Node {
         });
         let kind = cell.config.server.io_engine;
         let engine = match tls {
-            Some(tls) => {
+            Some(certs) => {
                 let input_max = engine_config.input_buffer_max_bytes;
-                let service = cellcache_io::tls::TlsService::new(service, tls, input_max);
-                let _ = cell.tls_stats.set(service.stats());
+                let plain = cell.config.server.plain_addrs();
+                let service =
+                    cellcache_io::tls::TlsService::new(service, certs.clone(), input_max, plain);
+                let stats = service.stats();
+                let _ = cell.tls.set(cell::ClientTls { certs, stats });
                 cellcache_io::start(kind, &addrs, &engine_config, Arc::new(service), shutdown)
             }
             None => cellcache_io::start(kind, &addrs, &engine_config, service, shutdown),

@@ -91,6 +91,24 @@ pub fn execute(
         Request::Version => {
             Response::Version(VERSION.as_bytes()).encode(out);
         }
+        Request::RefreshCerts { noreply } => {
+            // memcached's replies: OK, or an error line (also without -Z).
+            let reply = match cell.tls.get() {
+                None => b"Error TLS not enabled\r\n".to_vec(),
+                Some(tls) => match tls.certs.refresh() {
+                    Ok(()) => {
+                        tracing::info!("refresh_certs: certificates read again");
+                        lines::OK.to_vec()
+                    }
+                    Err(e) => {
+                        let why = crate::error_chain(&e);
+                        tracing::warn!(error = %why, "refresh_certs failed; the certificates in use stay");
+                        format!("Error refreshing the certificates: {why}\r\n").into_bytes()
+                    }
+                },
+            };
+            reply_unless(*noreply, out, &reply);
+        }
         Request::Verbosity { level, noreply } => {
             cell.verbosity
                 .store(*level, std::sync::atomic::Ordering::Relaxed);

@@ -39,6 +39,9 @@ pub fn reply(cell: &Cell, group: &StatsGroup<'_>, now: u32, out: &mut Vec<u8>) {
             if let Some(e) = cell.engine_stats.get() {
                 e.reset();
             }
+            if let Some(t) = cell.tls.get() {
+                t.stats.reset();
+            }
             cell.detail.clear();
             out.extend_from_slice(lines::RESET);
             return;
@@ -252,8 +255,20 @@ fn general(cell: &Cell, now: u32, out: &mut Vec<u8>) {
         // As memcached: only with an idle timeout.
         stat(out, IDLE_KICKS, e.idle_kicks);
     }
-    stat(out, "bytes_read", e.bytes_read);
-    stat(out, "bytes_written", e.bytes_written);
+    // Under TLS, what clients sent and were sent as memcached counts it: before encryption.
+    let (read, written) = match cell.tls.get() {
+        Some(t) => (
+            t.stats
+                .bytes_read
+                .load(std::sync::atomic::Ordering::Relaxed),
+            t.stats
+                .bytes_written
+                .load(std::sync::atomic::Ordering::Relaxed),
+        ),
+        None => (e.bytes_read, e.bytes_written),
+    };
+    stat(out, "bytes_read", read);
+    stat(out, "bytes_written", written);
     stat(out, "limit_maxbytes", s.memory_limit_bytes);
     stat(
         out,
@@ -302,18 +317,18 @@ fn general(cell: &Cell, now: u32, out: &mut Vec<u8>) {
         ],
     );
     // memcached with -Z adds these two here.
-    if let Some(tls) = cell.tls_stats.get() {
+    if let Some(tls) = cell.tls.get() {
         stat(
             out,
             "ssl_handshake_errors",
-            tls.handshake_errors
+            tls.stats
+                .handshake_errors
                 .load(std::sync::atomic::Ordering::Relaxed),
         );
-        // The certificates are read once, at start.
         stat(
             out,
             "time_since_server_cert_refresh",
-            cell.started.elapsed().as_secs(),
+            tls.certs.since_refresh().as_secs(),
         );
     }
     zeros(out, &["unexpected_napi_ids", "round_robin_fallback"]);

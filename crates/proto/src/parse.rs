@@ -142,6 +142,11 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
         b"flush_all" => cx.flush_all(tokens),
         b"version" => cx.complete(Request::Version),
         b"verbosity" => cx.verbosity(tokens),
+        b"refresh_certs" => {
+            // As memcached: any further words are ignored but a trailing `noreply`.
+            let noreply = LineTokens::new(tokens).noreply();
+            cx.complete(Request::RefreshCerts { noreply })
+        }
         b"cache_memlimit" => cx.cache_memlimit(tokens),
         b"stats" => {
             let args = trim_end(tokens.remainder());

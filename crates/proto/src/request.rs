@@ -60,6 +60,11 @@ pub enum Request<'a> {
         /// Suppress the reply.
         noreply: bool,
     },
+    /// `refresh_certs [noreply]`: read the TLS certificate and key again (memcached `-Z`).
+    RefreshCerts {
+        /// Suppress the reply.
+        noreply: bool,
+    },
     /// `stats [group]`.
     Stats(StatsGroup<'a>),
     /// `cache_memlimit <megabytes> [noreply]`: change the memory limit at run time.
@@ -612,6 +617,10 @@ impl Request<'_> {
             } => {
                 out.extend_from_slice(b"cache_memlimit ");
                 write_u64(out, *megabytes);
+                noreply(out, *nr);
+            }
+            Request::RefreshCerts { noreply: nr } => {
+                out.extend_from_slice(b"refresh_certs");
                 noreply(out, *nr);
             }
             Request::Verbosity { level, noreply: nr } => {

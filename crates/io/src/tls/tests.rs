@@ -52,7 +52,11 @@ impl Pki {
         ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
         let ca_key = rcgen::KeyPair::generate().unwrap();
         let ca = ca_params.self_signed(&ca_key).unwrap();
-        for (name, san) in [("server", "localhost"), ("client", "client")] {
+        for (name, san) in [
+            ("server", "localhost"),
+            ("server2", "localhost"),
+            ("client", "client"),
+        ] {
             let key = rcgen::KeyPair::generate().unwrap();
             let cert = rcgen::CertificateParams::new(vec![san.to_string()])
                 .unwrap()
@@ -115,15 +119,18 @@ impl Drop for Pki {
 const BUDGET: usize = 1 << 20;
 
 fn session(pki: &Pki, verify_mode: u8) -> (TlsSession<Upper>, Arc<TlsStats>) {
-    let config = server_config(&pki.server(verify_mode)).unwrap();
-    let service = TlsService::new(Arc::new(UpperService), config, 64 * 1024);
+    let certs = TlsCerts::load(&pki.server(verify_mode)).unwrap();
+    let service = TlsService::new(Arc::new(UpperService), certs, 64 * 1024, Vec::new());
     let stats = service.stats();
     let accepted = Accepted {
         peer: "127.0.0.1:1".parse().unwrap(),
         listener: "127.0.0.1:2".parse().unwrap(),
         fd: -1,
     };
-    (service.open(accepted, Notify::noop()), stats)
+    match service.open(accepted, Notify::noop()) {
+        TlsOrPlain::Tls(s) => (*s, stats),
+        TlsOrPlain::Plain(_) => panic!("a TLS listener"),
+    }
 }
 
 struct UpperService;
@@ -332,4 +339,68 @@ fn bad_configurations_name_what_is_wrong() {
     let mut c = pki.server(0);
     c.key = pki.path("client.key");
     assert!(err(c).contains("do not make a TLS server"));
+}
+
+/// `refresh_certs`: new sessions get the certificate now in the files, open ones keep
+/// theirs; a refresh that fails leaves the certificate in use.
+#[test]
+fn a_refresh_reaches_new_sessions_only() {
+    let pki = Pki::new();
+    let config = pki.server(0);
+    let certs = TlsCerts::load(&config).unwrap();
+    let service = TlsService::new(Arc::new(UpperService), certs.clone(), 64 * 1024, Vec::new());
+    let accepted = Accepted {
+        peer: "127.0.0.1:1".parse().unwrap(),
+        listener: "127.0.0.1:2".parse().unwrap(),
+        fd: -1,
+    };
+    let served_cert = |service: &TlsService<UpperService>| {
+        let TlsOrPlain::Tls(mut server) = service.open(accepted, Notify::noop()) else {
+            panic!("a TLS listener")
+        };
+        let mut client = pki.client(false);
+        handshake(&mut client, &mut server);
+        client.peer_certificates().unwrap()[0].to_vec()
+    };
+    let first = served_cert(&service);
+    // Another certificate of the same CA, for the same name, in the same files.
+    let key = std::fs::read(pki.path("server2.key")).unwrap();
+    std::fs::copy(pki.path("server2.crt"), pki.path("server.crt")).unwrap();
+    assert_eq!(
+        served_cert(&service),
+        first,
+        "nothing changes before the refresh"
+    );
+    std::fs::write(pki.path("server.key"), "not a key").unwrap();
+    assert!(certs.refresh().is_err());
+    assert_eq!(
+        served_cert(&service),
+        first,
+        "a failed refresh keeps what is in use"
+    );
+    std::fs::write(pki.path("server.key"), key).unwrap();
+    certs.refresh().unwrap();
+    let second = served_cert(&service);
+    assert_ne!(second, first);
+    assert!(certs.since_refresh() < std::time::Duration::from_secs(3600));
+}
+
+/// A connection accepted on a `notls` listener is served as it is.
+#[test]
+fn a_plain_listener_is_served_without_tls() {
+    let pki = Pki::new();
+    let certs = TlsCerts::load(&pki.server(0)).unwrap();
+    let plain: std::net::SocketAddr = "127.0.0.1:3".parse().unwrap();
+    let service = TlsService::new(Arc::new(UpperService), certs, 64 * 1024, vec![plain]);
+    let accepted = Accepted {
+        peer: "127.0.0.1:1".parse().unwrap(),
+        listener: plain,
+        fd: -1,
+    };
+    let mut session = service.open(accepted, Notify::noop());
+    assert!(matches!(session, TlsOrPlain::Plain(_)));
+    let mut out = Vec::new();
+    let p = session.on_input(b"hello\n", &mut out, BUDGET);
+    assert_eq!((p.consumed, p.buffered), (6, None));
+    assert_eq!(out, b"HELLO\n");
 }

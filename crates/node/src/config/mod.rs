@@ -312,6 +312,8 @@ pub struct ListenAddr {
     pub ip: IpAddr,
     /// Its own port (`IP:PORT`), else `server.port`.
     pub port: Option<u16>,
+    /// `notls:ADDR`: served without TLS when the others speak TLS (`server.tls`).
+    pub notls: bool,
 }
 
 /// A `-l` entry that is neither an IP address nor `IP:PORT`.
@@ -322,13 +324,22 @@ pub struct BadListenAddr(pub String);
 impl std::str::FromStr for ListenAddr {
     type Err = BadListenAddr;
     fn from_str(part: &str) -> Result<Self, BadListenAddr> {
-        if let Ok(ip) = part.parse::<IpAddr>() {
-            return Ok(ListenAddr { ip, port: None });
+        let (notls, addr) = match part.strip_prefix("notls:") {
+            Some(rest) => (true, rest),
+            None => (false, part),
+        };
+        if let Ok(ip) = addr.parse::<IpAddr>() {
+            return Ok(ListenAddr {
+                ip,
+                port: None,
+                notls,
+            });
         }
-        part.parse::<SocketAddr>()
+        addr.parse::<SocketAddr>()
             .map(|a| ListenAddr {
                 ip: a.ip(),
                 port: Some(a.port()),
+                notls,
             })
             .map_err(|_| BadListenAddr(part.to_string()))
     }
@@ -336,6 +347,9 @@ impl std::str::FromStr for ListenAddr {
 
 impl std::fmt::Display for ListenAddr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.notls {
+            f.write_str("notls:")?;
+        }
         match self.port {
             None => write!(f, "{}", self.ip),
             Some(port) => write!(f, "{}", SocketAddr::new(self.ip, port)),
@@ -383,11 +397,29 @@ impl ListenAddrs {
             .map(|a| SocketAddr::new(a.ip, a.port.unwrap_or(port)))
             .collect()
     }
+
+    /// The `notls:` entries as socket addresses.
+    pub fn plain_socket_addrs(&self, port: u16) -> Vec<SocketAddr> {
+        self.0
+            .iter()
+            .filter(|a| a.notls)
+            .map(|a| SocketAddr::new(a.ip, a.port.unwrap_or(port)))
+            .collect()
+    }
+
+    /// Whether any entry is `notls:`.
+    pub fn any_plain(&self) -> bool {
+        self.0.iter().any(|a| a.notls)
+    }
 }
 
 impl From<IpAddr> for ListenAddrs {
     fn from(ip: IpAddr) -> Self {
-        ListenAddrs(vec![ListenAddr { ip, port: None }])
+        ListenAddrs(vec![ListenAddr {
+            ip,
+            port: None,
+            notls: false,
+        }])
     }
 }
 
@@ -468,6 +500,11 @@ impl ServerConfig {
     /// Every listening address, in order.
     pub fn addrs(&self) -> Vec<SocketAddr> {
         self.listen.socket_addrs(self.port)
+    }
+
+    /// The listeners served without TLS under `tls.enabled` (memcached's `-l notls:ADDR`).
+    pub fn plain_addrs(&self) -> Vec<SocketAddr> {
+        self.listen.plain_socket_addrs(self.port)
     }
 }
 
@@ -645,6 +682,11 @@ impl NodeConfig {
             )));
         }
         self.io.validate().map_err(|e| invalid(&e))?;
+        if self.server.listen.any_plain() && !self.server.tls.enabled {
+            return Err(ConfigError::Invalid(
+                "'notls' option is valid only when SSL is enabled (-Z, server.tls.enabled)".into(),
+            ));
+        }
         self.store.validate().map_err(|e| invalid(&e))?;
         let limits = self.protocol_limits();
         limits.validate().map_err(|e| invalid(&e))?;

@@ -214,6 +214,14 @@ fn classic_requests_parse_to_their_typed_form() {
             },
         ),
         (
+            b"refresh_certs\r\n",
+            Request::RefreshCerts { noreply: false },
+        ),
+        (
+            b"refresh_certs noreply\r\n",
+            Request::RefreshCerts { noreply: true },
+        ),
+        (
             b"cache_memlimit 64\r\n",
             Request::CacheMemlimit {
                 megabytes: 64,
