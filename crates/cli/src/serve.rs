@@ -14,7 +14,8 @@ pub struct ServeArgs {
     /// Address(es) to listen on: repeat -l or separate with commas (-l 127.0.0.1,::1), as
     /// memcached; an address twice in one list fails ("Address already in use"), a repeated
     /// -l of listed addresses is ignored, as memcached. A ring member
-    /// advertises the first (not 0.0.0.0 unless cluster.advertise_host is set).
+    /// advertises the first (not 0.0.0.0 unless cluster.advertise_host is set). With -Z,
+    /// notls:ADDR is a listener without TLS, as memcached's.
     #[arg(short = 'l', long, value_name = "ADDR[,ADDR...]")]
     pub listen: Vec<String>,
     /// TCP port for memcached clients (0 = any free port).
