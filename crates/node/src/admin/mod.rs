@@ -14,6 +14,7 @@
 //! side, for `ctl` and the tests.
 
 pub mod client;
+pub mod metrics;
 
 use std::future::Future as _;
 use std::net::SocketAddr;
@@ -181,6 +182,7 @@ pub fn start(
 fn router(plane: Arc<Plane>) -> Router {
     Router::new()
         .route("/health", get(|| async { "OK\r\n" }))
+        .route("/metrics", get(metrics))
         .route("/cluster/status", get(status))
         .route("/cluster/ranges", get(ranges))
         .route("/cluster/peek/{key}", get(peek))
@@ -235,6 +237,25 @@ fn text(reply: Vec<u8>) -> Response {
         StatusCode::OK
     };
     (status, reply).into_response()
+}
+
+/// Prometheus's scrape ([`metrics`](self::metrics)).
+async fn metrics(State(plane): State<Arc<Plane>>) -> Response {
+    match metrics::render(&plane.cell, &plane.ring) {
+        Ok(body) => (
+            [(
+                axum::http::header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            body,
+        )
+            .into_response(),
+        Err(_) => (
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            "metrics could not be encoded\r\n",
+        )
+            .into_response(),
+    }
 }
 
 async fn status(State(plane): State<Arc<Plane>>) -> Response {

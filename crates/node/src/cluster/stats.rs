@@ -56,15 +56,25 @@ const ENTRY_FIELDS: &[&str] = &[
     "time_since_server_cert_refresh",
 ];
 
+/// The range this cell masters, while it is an Active cell of its map.
+fn master_range(cl: &Cluster) -> Option<cellcache_cluster::HashRange> {
+    let ring = cl.lock_ring();
+    ring.map()
+        .cell(&cl.me)
+        .filter(|c| c.state == CellState::Active)
+        .and_then(|c| c.range)
+}
+
+impl Cluster {
+    /// The share of the key-hash space this cell masters (0 unless Active).
+    pub fn master_range_share(&self) -> f64 {
+        master_range(self).map_or(0.0, |r| r.len() as f64 / 2f64.powi(64))
+    }
+}
+
 /// Extra lines of a cell's `stats cell`: what it holds as master.
 pub fn master_share(cl: &Cluster, out: &mut Vec<u8>) {
-    let range = {
-        let ring = cl.lock_ring();
-        ring.map()
-            .cell(&cl.me)
-            .filter(|c| c.state == CellState::Active)
-            .and_then(|c| c.range)
-    };
+    let range = master_range(cl);
     let mut items = 0u64;
     if let Some(r) = range {
         cl.cell

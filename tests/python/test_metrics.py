@@ -1,0 +1,106 @@
+"""`/metrics` on the admin plane, scraped by a real Prometheus server (Debian's package):
+three cells of a ring, one scrape target each, as a memcached pool is scraped; PromQL over
+memcached_exporter's metric names gives the ring's figures. cellcache only: memcached has
+no /metrics (memcached_exporter makes one for it).
+"""
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+from pymemcache.client.base import Client
+
+from conftest import FORM_TIMEOUT_S, OneServer, free_port, ring_formed
+
+MEMCACHED = os.environ.get("CELLCACHE_TEST_SERVER") == "memcached"
+KEYS = 300
+WAIT_S = 90
+
+
+@pytest.fixture
+def ring():
+    if MEMCACHED:
+        pytest.skip("memcached has no /metrics (memcached_exporter provides one)")
+    cells = []
+    try:
+        first_peer = free_port()
+        for i in range(3):
+            args = ["-m", "64", "--peer-port", str(first_peer if i == 0 else free_port())]
+            if i:
+                args += ["--join", f"127.0.0.1:{first_peer}"]
+            cells.append(OneServer(args))
+            deadline = time.monotonic() + FORM_TIMEOUT_S
+            while not ring_formed("127.0.0.1", [c.admin_port for c in cells], i + 1):
+                assert time.monotonic() < deadline, f"ring of {i + 1} did not form"
+                time.sleep(0.1)
+        yield cells
+    finally:
+        for c in cells:
+            c.stop()
+
+
+@pytest.fixture
+def prometheus(ring):
+    binary = shutil.which("prometheus")
+    assert binary, "Debian's prometheus package is installed (.ci/run installs it)"
+    d = tempfile.mkdtemp(prefix="cellcache-prometheus-")
+    targets = ", ".join(f'"127.0.0.1:{c.admin_port}"' for c in ring)
+    with open(f"{d}/prometheus.yml", "w") as f:
+        f.write("global:\n  scrape_interval: 1s\n"
+                "scrape_configs:\n  - job_name: cellcache\n"
+                f"    static_configs:\n      - targets: [{targets}]\n")
+    port = free_port()
+    proc = subprocess.Popen([binary, f"--config.file={d}/prometheus.yml",
+                             f"--storage.tsdb.path={d}/data",
+                             f"--web.listen-address=127.0.0.1:{port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    yield f"http://127.0.0.1:{port}"
+    proc.kill()
+    proc.wait(timeout=10)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def query(base, promql):
+    """The value of an instant PromQL query with one result, or None."""
+    url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            body = json.load(r)
+    except OSError:
+        return None
+    result = body.get("data", {}).get("result", [])
+    return float(result[0]["value"][1]) if len(result) == 1 else None
+
+
+def eventually(base, promql, want):
+    deadline = time.monotonic() + WAIT_S
+    got = None
+    while time.monotonic() < deadline:
+        got = query(base, promql)
+        if got == want:
+            return
+        time.sleep(0.5)
+    pytest.fail(f"{promql} = {got}, not {want}, after {WAIT_S}s")
+
+
+def test_prometheus_scrapes_a_ring_with_memcached_exporters_names(ring, prometheus):
+    c = Client(("127.0.0.1", ring[1].port), connect_timeout=5, timeout=10)
+    for i in range(KEYS):
+        assert c.set(f"metric-{i}", b"v")
+    for i in range(KEYS):
+        assert c.get(f"metric-{i}") == b"v"
+    assert c.get("no-such-key") is None
+    eventually(prometheus, 'count(up{job="cellcache"} == 1)', 3)
+    # Every item once, though each is also on a backup.
+    eventually(prometheus, "sum(memcached_current_items)", KEYS)
+    eventually(prometheus, 'sum(memcached_commands_total{command="set",status="hit"})', KEYS)
+    eventually(prometheus, 'sum(memcached_commands_total{command="get",status="hit"})', KEYS)
+    eventually(prometheus, 'sum(memcached_commands_total{command="get",status="miss"})', 1)
+    # The cells' ranges cover the ring once.
+    eventually(prometheus, "sum(cellcache_range_share)", 1)
+    c.close()
