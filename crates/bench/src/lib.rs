@@ -53,6 +53,13 @@ const CONTROL_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const CONTROL_IO_TIMEOUT: Duration = Duration::from_secs(30);
 /// Sets per round trip when preloading.
 const PRELOAD_BATCH: usize = 256;
+/// Under TLS, the most request bytes per preload round trip: one TLS record's plaintext
+/// (16 KiB) less room for headers. memcached 1.6.18 `-Z` (Debian's) stops reading when
+/// several records arrive in one segment and the rest sits decrypted-pending in OpenSSL
+/// with no readiness event left to wake it, so a bigger batch stalls the preload.
+const PRELOAD_TLS_BATCH_BYTES: usize = 15 * 1024;
+/// A set's request line without key and value (`set  0 0 <len> <exptime>\r\n` + `\r\n`).
+const SET_OVERHEAD_BYTES: usize = 48;
 /// How often the progress bar is redrawn.
 const PROGRESS_INTERVAL: Duration = Duration::from_millis(250);
 
@@ -226,7 +233,15 @@ fn preload(
                 pool.value(workload.value_size.sample(&mut rng)),
             )
         });
-        let (_, refused) = client.set_many(items, workload.ttl_secs, PRELOAD_BATCH)?;
+        let batch = match tls {
+            None => PRELOAD_BATCH,
+            Some(_) => {
+                let set_bytes =
+                    workload.keys.key_len() + workload.value_size.max() + SET_OVERHEAD_BYTES;
+                (PRELOAD_TLS_BATCH_BYTES / set_bytes).clamp(1, PRELOAD_BATCH)
+            }
+        };
+        let (_, refused) = client.set_many(items, workload.ttl_secs, batch)?;
         if refused > 0 {
             anyhow::bail!("{addr}: {refused} preload sets were not stored");
         }
