@@ -136,10 +136,13 @@ pub struct LoadArgs {
     /// (sleeps end on a timerfd, whose wake-up takes tens of µs on a busy machine). 0 = never spin.
     #[arg(long, value_parser = parse_duration, default_value = "100us")]
     pub spin_threshold: Duration,
+    #[command(flatten)]
+    pub tls: crate::tls::TlsArgs,
 }
 
 impl LoadArgs {
-    /// The engine configuration for these arguments against `servers`.
+    /// The engine configuration for these arguments against `servers` (without TLS: the
+    /// caller adds the [`TlsTarget`](crate::tls::TlsTarget), which needs the host names).
     pub fn engine_config(&self, servers: Vec<SocketAddr>) -> EngineConfig {
         let stop = match (self.requests, self.duration) {
             (Some(count), _) => StopAfter::Requests { count },

@@ -3,11 +3,13 @@
 //!
 //! It is deliberately separate from the measurement engine: it runs before or between measured
 //! phases, so simplicity beats throughput (still pipelined, so preloading a million keys takes
-//! seconds, not minutes). Every wait is bounded by a deadline.
+//! seconds, not minutes). Every wait is bounded by a deadline. Under `--tls` it speaks TLS
+//! too (a blocking rustls stream, handshake done in [`BlockingClient::connect_tls`]).
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cellcache_proto::{
@@ -16,6 +18,7 @@ use cellcache_proto::{
 };
 use thiserror::Error;
 
+use crate::tls::TlsTarget;
 use crate::wire::ParseLimits;
 
 /// What can go wrong talking to a server outside of a measured run.
@@ -46,10 +49,41 @@ pub enum ClientError {
 /// Read-buffer growth step.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 
+/// The control connection's byte stream: plain TCP, or TLS over it.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Stream::Plain(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
+        }
+    }
+}
+
 /// A blocking connection with its own read buffer.
 pub struct BlockingClient {
     addr: SocketAddr,
-    stream: TcpStream,
+    stream: Stream,
     buf: Vec<u8>,
     filled: usize,
     limits: Limits,
@@ -62,11 +96,34 @@ impl BlockingClient {
         timeout: Duration,
         io_timeout: Duration,
     ) -> Result<Self, ClientError> {
+        Self::connect_tls(addr, timeout, io_timeout, None)
+    }
+
+    /// [`connect`](Self::connect), then, with `tls`, a TLS handshake (bounded by
+    /// `io_timeout` like every read and write).
+    pub fn connect_tls(
+        addr: SocketAddr,
+        timeout: Duration,
+        io_timeout: Duration,
+        tls: Option<&Arc<TlsTarget>>,
+    ) -> Result<Self, ClientError> {
         let io = |source| ClientError::Io { addr, source };
-        let stream = TcpStream::connect_timeout(&addr, timeout).map_err(io)?;
-        stream.set_nodelay(true).map_err(io)?;
-        stream.set_read_timeout(Some(io_timeout)).map_err(io)?;
-        stream.set_write_timeout(Some(io_timeout)).map_err(io)?;
+        let mut socket = TcpStream::connect_timeout(&addr, timeout).map_err(io)?;
+        socket.set_nodelay(true).map_err(io)?;
+        socket.set_read_timeout(Some(io_timeout)).map_err(io)?;
+        socket.set_write_timeout(Some(io_timeout)).map_err(io)?;
+        let stream = match tls {
+            None => Stream::Plain(socket),
+            Some(tls) => {
+                let mut session = tls
+                    .session(addr)
+                    .map_err(|e| io(std::io::Error::other(e)))?;
+                while session.is_handshaking() {
+                    session.complete_io(&mut socket).map_err(io)?;
+                }
+                Stream::Tls(Box::new(rustls::StreamOwned::new(session, socket)))
+            }
+        };
         Ok(Self {
             addr,
             stream,
@@ -74,6 +131,14 @@ impl BlockingClient {
             filled: 0,
             limits: ParseLimits::default().codec(),
         })
+    }
+
+    /// The TLS session, when the connection speaks TLS.
+    pub fn tls_session(&self) -> Option<&rustls::ClientConnection> {
+        match &self.stream {
+            Stream::Plain(_) => None,
+            Stream::Tls(s) => Some(&s.conn),
+        }
     }
 
     /// Sends `version` and returns the server's version string.
@@ -190,11 +255,23 @@ pub fn wait_ready(
     timeout: Duration,
     retry: Duration,
 ) -> Result<String, ClientError> {
+    wait_ready_tls(addr, timeout, retry, None)
+}
+
+/// [`wait_ready`], over TLS when `tls` is given (a server started with `-Z` answers nothing
+/// else).
+pub fn wait_ready_tls(
+    addr: SocketAddr,
+    timeout: Duration,
+    retry: Duration,
+    tls: Option<&Arc<TlsTarget>>,
+) -> Result<String, ClientError> {
     let start = Instant::now();
     loop {
         let remaining = timeout.saturating_sub(start.elapsed());
-        let attempt = BlockingClient::connect(addr, remaining.max(retry), remaining.max(retry))
-            .and_then(|mut c| c.version());
+        let attempt =
+            BlockingClient::connect_tls(addr, remaining.max(retry), remaining.max(retry), tls)
+                .and_then(|mut c| c.version());
         match attempt {
             Ok(version) => return Ok(version),
             Err(e) if start.elapsed() >= timeout => {

@@ -11,6 +11,11 @@
 //! Placement: the server is started under `taskset -c <server cpus>` and the generator threads
 //! pin themselves to the client cpus, so the two never share a core. The report states the
 //! placement that was actually in force, read back from /proc/<pid>/status.
+//!
+//! TLS: `--tls` (with its trust options) speaks TLS to the sides `--tls-side` names (both by
+//! default), readiness check and preload included; the server commands must then start those
+//! sides with `-Z` (`--a-cmd`/`--b-cmd`). `--tls --tls-side b` with the same server on both
+//! sides measures what TLS costs that server.
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::PathBuf;
@@ -32,6 +37,15 @@ pub enum Experiment {
     Load,
     /// Fill until evictions start: items held and overhead per item.
     Capacity,
+}
+
+/// Which sides of a comparison speak TLS under `--tls`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum TlsSide {
+    Both,
+    A,
+    B,
 }
 
 /// `cellcache bench compare` (mounted by the `cellcache` binary).
@@ -78,6 +92,10 @@ pub struct CompareArgs {
     /// How long a server may take to answer `version` after start.
     #[arg(long, value_parser = parse_duration, default_value = "10s")]
     pub ready_timeout: Duration,
+    /// With --tls: the sides that speak TLS (their commands must start them with -Z); the
+    /// other side is plain. `--tls-side b` with the same server on both sides = TLS vs plain.
+    #[arg(long, value_enum, default_value_t = TlsSide::Both)]
+    pub tls_side: TlsSide,
     /// Print the JSON report instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -164,6 +182,11 @@ pub struct CompareReport {
     /// The command templates used to start each side.
     pub a_command: String,
     pub b_command: String,
+    /// Whether the generator spoke TLS to each side (`--tls`, `--tls-side`).
+    #[serde(default)]
+    pub a_tls: bool,
+    #[serde(default)]
+    pub b_tls: bool,
     pub server_threads: usize,
     pub memory_mb: u64,
     pub repetitions: usize,
@@ -235,6 +258,7 @@ fn cpu_list(cpus: &[usize]) -> String {
 
 fn start_server(
     template: &str,
+    tls: &crate::tls::TlsArgs,
     args: &CompareArgs,
     server_cpus: &[usize],
     placement: &mut Placement,
@@ -268,7 +292,13 @@ fn start_server(
             .with_context(|| format!("starting {}", argv.join(" ")))?;
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
         let mut server = ServerProcess { child, addr };
-        match crate::client::wait_ready(addr, args.ready_timeout, Duration::from_millis(10)) {
+        let tls = crate::tls::TlsTarget::from_args(tls, &[(addr, addr.ip().to_string())])?;
+        match crate::client::wait_ready_tls(
+            addr,
+            args.ready_timeout,
+            Duration::from_millis(10),
+            tls.as_ref(),
+        ) {
             Ok(_) => {
                 let pid = server.child.id();
                 placement.server_cpus_observed =
@@ -307,6 +337,14 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<CompareReport> {
     if args.repetitions == 0 {
         bail!("--repetitions must be at least 1");
     }
+    if !args.load.tls.enabled && args.tls_side != TlsSide::Both {
+        bail!("--tls-side needs --tls");
+    }
+    if args.load.tls.enabled && args.experiment == Experiment::Capacity {
+        bail!("--tls is implemented for the load experiment only");
+    }
+    let a_tls = args.load.tls.enabled && args.tls_side != TlsSide::B;
+    let b_tls = args.load.tls.enabled && args.tls_side != TlsSide::A;
     let a_template = args
         .a_cmd
         .clone()
@@ -362,11 +400,22 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<CompareReport> {
     };
     let mut load = args.load.clone();
     load.cpus = Some(crate::affinity::CpuList(generator_cpus));
+    let side_load = |tls: bool| {
+        let mut load = load.clone();
+        if !tls {
+            load.tls = crate::tls::TlsArgs::default();
+        }
+        load
+    };
+    let (a_load, b_load) = (side_load(a_tls), side_load(b_tls));
 
     let mut runs = Vec::new();
     for repetition in 0..args.repetitions {
-        for (side, template) in [(&args.a_name, &a_template), (&args.b_name, &b_template)] {
-            let server = start_server(template, args, &server_cpus, &mut placement)?;
+        for (side, template, load) in [
+            (&args.a_name, &a_template, &a_load),
+            (&args.b_name, &b_template, &b_load),
+        ] {
+            let server = start_server(template, &load.tls, args, &server_cpus, &mut placement)?;
             eprintln!(
                 "{side} repetition {}/{} on {} ...",
                 repetition + 1,
@@ -375,7 +424,7 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<CompareReport> {
             );
             let result = match args.experiment {
                 Experiment::Load => {
-                    SideResult::Load(Box::new(crate::run_load(&[server.addr], &load, false)?))
+                    SideResult::Load(Box::new(crate::run_load(&[server.addr], load, false)?))
                 }
                 Experiment::Capacity => {
                     SideResult::Capacity(Box::new(capacity::measure(server.addr, &args.capacity)?))
@@ -399,6 +448,8 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<CompareReport> {
         b_name: args.b_name.clone(),
         a_command: a_template,
         b_command: b_template,
+        a_tls,
+        b_tls,
         server_threads: args.server_threads,
         memory_mb: args.memory_mb,
         repetitions: args.repetitions,
@@ -489,8 +540,21 @@ impl CompareReport {
     pub fn table(&self) -> String {
         use std::fmt::Write as _;
         let mut s = String::new();
-        let _ = writeln!(s, "A = {}: {}", self.a_name, self.a_command);
-        let _ = writeln!(s, "B = {}: {}", self.b_name, self.b_command);
+        let tls = |on: bool| if on { " (generator speaks TLS)" } else { "" };
+        let _ = writeln!(
+            s,
+            "A = {}: {}{}",
+            self.a_name,
+            self.a_command,
+            tls(self.a_tls)
+        );
+        let _ = writeln!(
+            s,
+            "B = {}: {}{}",
+            self.b_name,
+            self.b_command,
+            tls(self.b_tls)
+        );
         let _ = writeln!(
             s,
             "{} repetitions interleaved, {} server thread(s), {} MiB; machine: {}",

@@ -11,7 +11,8 @@
 //! `cellcache-proto`'s codec, bounded by [`wire`]'s limits) →
 //! [`stats`] (histograms, counters) → [`report`] (JSON, table) → [`plot`]. [`client`] is the
 //! blocking control connection (readiness, stats, preload); [`capacity`] and [`compare`] are the
-//! experiments built on top; [`affinity`] pins threads.
+//! experiments built on top; [`affinity`] pins threads; [`tls`] is `--tls` (rustls client
+//! configuration; the engine and the control client carry the sessions).
 
 // The calls into the OS (CPU affinity, thread CPU time, timerfd) go through rustix's and nix's
 // safe wrappers, so the crate needs no unsafe code of its own.
@@ -28,6 +29,7 @@ pub mod report;
 pub mod schedule;
 pub mod stats;
 pub mod timer;
+pub mod tls;
 pub mod wire;
 pub mod workload;
 
@@ -51,6 +53,13 @@ const CONTROL_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const CONTROL_IO_TIMEOUT: Duration = Duration::from_secs(30);
 /// Sets per round trip when preloading.
 const PRELOAD_BATCH: usize = 256;
+/// Under TLS, the most request bytes per preload round trip: one TLS record's plaintext
+/// (16 KiB) less room for headers. memcached 1.6.18 `-Z` (Debian's) stops reading when
+/// several records arrive in one segment and the rest sits decrypted-pending in OpenSSL
+/// with no readiness event left to wake it, so a bigger batch stalls the preload.
+const PRELOAD_TLS_BATCH_BYTES: usize = 15 * 1024;
+/// A set's request line without key and value (`set  0 0 <len> <exptime>\r\n` + `\r\n`).
+const SET_OVERHEAD_BYTES: usize = 48;
 /// How often the progress bar is redrawn.
 const PROGRESS_INTERVAL: Duration = Duration::from_millis(250);
 
@@ -63,12 +72,17 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         None => {}
     }
     let servers = args::resolve_servers(&args.servers)?;
+    let targets: Vec<(SocketAddr, String)> = servers
+        .iter()
+        .zip(&args.servers)
+        .map(|(&addr, text)| (addr, tls::host_of(text).to_owned()))
+        .collect();
     let show_progress = match args.progress {
         args::ProgressArg::Always => true,
         args::ProgressArg::Never => false,
         args::ProgressArg::Auto => std::io::stderr().is_terminal(),
     };
-    let report = run_load(&servers, &args.load, show_progress)?;
+    let report = run_load_to(&targets, &args.load, show_progress)?;
     emit(&report, RunReport::table, args.json, args.output.as_deref())?;
     if let Some(dir) = &args.plot_dir {
         plot::render(
@@ -101,27 +115,52 @@ pub(crate) fn emit<R: serde::Serialize>(
     Ok(())
 }
 
-/// Preloads (if asked), runs one load phase against `servers` and returns its report.
+/// Preloads (if asked), runs one load phase against `servers` and returns its report. Under
+/// `--tls` the default server name is each address's IP; see [`run_load_to`].
 pub fn run_load(
     servers: &[SocketAddr],
     load: &LoadArgs,
     show_progress: bool,
 ) -> anyhow::Result<RunReport> {
+    let targets: Vec<(SocketAddr, String)> =
+        servers.iter().map(|a| (*a, a.ip().to_string())).collect();
+    run_load_to(&targets, load, show_progress)
+}
+
+/// [`run_load`] against `(address, host as written)` pairs: the host is the default TLS
+/// server name under `--tls`.
+pub fn run_load_to(
+    targets: &[(SocketAddr, String)],
+    load: &LoadArgs,
+    show_progress: bool,
+) -> anyhow::Result<RunReport> {
+    let servers: Vec<SocketAddr> = targets.iter().map(|(a, _)| *a).collect();
+    let servers = &servers[..];
     let workload = Arc::new(load.workload()?);
-    let config = load.engine_config(servers.to_vec());
+    let tls = tls::TlsTarget::from_args(&load.tls, targets)?;
+    let mut config = load.engine_config(servers.to_vec());
+    config.tls = tls.clone();
     config.validate(&workload)?;
     let pool = Arc::new(ValuePool::new(
         workload.value_size.max(),
         &mut rand::thread_rng(),
     ));
     let mut versions = Vec::with_capacity(servers.len());
+    let mut tls_report = None;
     for &addr in servers {
-        let mut client =
-            client::BlockingClient::connect(addr, CONTROL_CONNECT_TIMEOUT, CONTROL_IO_TIMEOUT)?;
+        let mut client = client::BlockingClient::connect_tls(
+            addr,
+            CONTROL_CONNECT_TIMEOUT,
+            CONTROL_IO_TIMEOUT,
+            tls.as_ref(),
+        )?;
         versions.push(client.version()?);
+        if tls_report.is_none() {
+            tls_report = tls.as_ref().map(|t| t.report(client.tls_session()));
+        }
     }
     let preloaded = if load.preload {
-        preload(servers, &workload, &pool)?
+        preload(servers, &workload, &pool, tls.as_ref())?
     } else {
         0
     };
@@ -153,6 +192,7 @@ pub fn run_load(
             warmup_secs: config.warmup.as_secs_f64(),
             generator_cpus: config.cpus.clone(),
             seed: config.seed,
+            tls: tls_report,
         },
         workload: WorkloadReport {
             key_count: workload.keys.count(),
@@ -176,19 +216,32 @@ fn preload(
     servers: &[SocketAddr],
     workload: &workload::Workload,
     pool: &ValuePool,
+    tls: Option<&Arc<tls::TlsTarget>>,
 ) -> anyhow::Result<u64> {
     use rand::SeedableRng;
     let mut rng = rand::rngs::SmallRng::seed_from_u64(0);
     for &addr in servers {
-        let mut client =
-            client::BlockingClient::connect(addr, CONTROL_CONNECT_TIMEOUT, CONTROL_IO_TIMEOUT)?;
+        let mut client = client::BlockingClient::connect_tls(
+            addr,
+            CONTROL_CONNECT_TIMEOUT,
+            CONTROL_IO_TIMEOUT,
+            tls,
+        )?;
         let items = (0..workload.keys.count()).map(|i| {
             (
                 workload.keys.key(i),
                 pool.value(workload.value_size.sample(&mut rng)),
             )
         });
-        let (_, refused) = client.set_many(items, workload.ttl_secs, PRELOAD_BATCH)?;
+        let batch = match tls {
+            None => PRELOAD_BATCH,
+            Some(_) => {
+                let set_bytes =
+                    workload.keys.key_len() + workload.value_size.max() + SET_OVERHEAD_BYTES;
+                (PRELOAD_TLS_BATCH_BYTES / set_bytes).clamp(1, PRELOAD_BATCH)
+            }
+        };
+        let (_, refused) = client.set_many(items, workload.ttl_secs, batch)?;
         if refused > 0 {
             anyhow::bail!("{addr}: {refused} preload sets were not stored");
         }

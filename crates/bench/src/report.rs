@@ -96,6 +96,9 @@ pub struct RunConfigReport {
     /// Cores the generator threads were pinned to (empty = not pinned).
     pub generator_cpus: Vec<usize>,
     pub seed: u64,
+    /// TLS to the target (`--tls`); absent for plain runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<crate::tls::TlsReport>,
 }
 
 /// Counters and latency of one operation kind (or of all together).

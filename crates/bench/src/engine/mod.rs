@@ -94,6 +94,10 @@ pub struct EngineConfig {
     /// Seed of every random stream (thread `i` uses `seed + i`).
     pub seed: u64,
     pub limits: ParseLimits,
+    /// TLS to every server (`--tls`); `None` = plain TCP. The handshake is done while
+    /// connecting, before the run's clock starts.
+    #[serde(skip)]
+    pub tls: Option<Arc<crate::tls::TlsTarget>>,
 }
 
 impl Default for EngineConfig {
@@ -115,6 +119,7 @@ impl Default for EngineConfig {
             set_on_miss: false,
             seed: 1,
             limits: ParseLimits::default(),
+            tls: None,
         }
     }
 }
@@ -126,6 +131,8 @@ pub enum EngineError {
     Config(String),
     #[error("connecting to {addr}: {source}")]
     Connect { addr: SocketAddr, source: io::Error },
+    #[error("TLS handshake with {addr}: {source}")]
+    Handshake { addr: SocketAddr, source: io::Error },
     #[error("event loop: {0}")]
     Poll(io::Error),
     #[error("pinning generator thread to cores {cpus:?}: {source}")]

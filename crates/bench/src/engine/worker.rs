@@ -1,5 +1,11 @@
 //! One load thread: its own `mio` event loop over its connections, request stream, schedule
 //! and histograms (see the parent module for the accounting guarantee it keeps).
+//!
+//! Under `--tls` a connection also owns a rustls `ClientConnection` whose handshake was
+//! finished (blocking) in `setup`, before the clock starts. Requests are still encoded into
+//! `out` and replies parsed from `buf`, as plaintext; `flush_tls` and `read_conn_tls` move
+//! them through the session. The plain path only pays for one `Option` check per flush and
+//! per read.
 
 use super::*;
 use cellcache_proto::{
@@ -27,6 +33,25 @@ struct Conn {
     filled: usize,
     in_flight: VecDeque<InFlight>,
     alive: bool,
+    /// The TLS session (`--tls`), handshake done; `None` for plain TCP.
+    tls: Option<Box<rustls::ClientConnection>>,
+}
+
+/// Makes room at the end of `conn.buf` for the next read: slides the unparsed bytes to the
+/// front, or, when one reply fills the whole buffer, grows it (bounded by the parse limits,
+/// which reject any reply line or value beyond them).
+#[inline]
+fn make_room(conn: &mut Conn) {
+    if conn.filled == conn.buf.len() {
+        if conn.start > 0 {
+            conn.buf.copy_within(conn.start..conn.filled, 0);
+            conn.filled -= conn.start;
+            conn.start = 0;
+        } else {
+            let len = conn.buf.len();
+            conn.buf.resize(len * 2, 0);
+        }
+    }
 }
 
 /// Read-buffer size and growth step.
@@ -151,6 +176,13 @@ impl Worker {
                 std::net::TcpStream::connect_timeout(&addr, self.config.connect_timeout)
                     .map_err(connect)?;
             std_stream.set_nodelay(true).map_err(connect)?;
+            let tls = match &self.config.tls {
+                None => None,
+                Some(target) => Some(Box::new(
+                    handshake(target, addr, &std_stream, self.config.connect_timeout)
+                        .map_err(|source| EngineError::Handshake { addr, source })?,
+                )),
+            };
             std_stream.set_nonblocking(true).map_err(connect)?;
             let mut stream = TcpStream::from_std(std_stream);
             poll.registry()
@@ -169,6 +201,7 @@ impl Worker {
                 filled: 0,
                 in_flight: VecDeque::with_capacity(self.config.pipeline),
                 alive: true,
+                tls,
             });
         }
         Ok(poll)
@@ -430,13 +463,20 @@ impl Worker {
 
     fn flush_all(&mut self) {
         for i in 0..self.conns.len() {
-            if self.conns[i].alive && self.conns[i].out_pos < self.conns[i].out.len() {
+            let conn = &self.conns[i];
+            if conn.alive
+                && (conn.out_pos < conn.out.len()
+                    || conn.tls.as_ref().is_some_and(|t| t.wants_write()))
+            {
                 self.flush(i);
             }
         }
     }
 
     fn flush(&mut self, i: usize) {
+        if self.conns[i].tls.is_some() {
+            return self.flush_tls(i);
+        }
         let conn = &mut self.conns[i];
         while conn.out_pos < conn.out.len() {
             match conn.stream.write(&conn.out[conn.out_pos..]) {
@@ -451,21 +491,102 @@ impl Worker {
         conn.out_pos = 0;
     }
 
-    fn read_conn(&mut self, i: usize, now_ns: &impl Fn() -> u64) {
-        loop {
-            let conn = &mut self.conns[i];
-            if conn.filled == conn.buf.len() {
-                if conn.start > 0 {
-                    conn.buf.copy_within(conn.start..conn.filled, 0);
-                    conn.filled -= conn.start;
-                    conn.start = 0;
-                } else {
-                    // One reply larger than the buffer: grow. Bounded by the parse limits,
-                    // which reject any reply line or value beyond them.
-                    let len = conn.buf.len();
-                    conn.buf.resize(len * 2, 0);
+    /// TLS: hands the plaintext in `out` to the session (which encrypts it at once, up to
+    /// its buffer limit) and writes the ciphertext to the socket until either is exhausted
+    /// or the socket would block (the next writable event resumes it).
+    fn flush_tls(&mut self, i: usize) {
+        let conn = &mut self.conns[i];
+        let Some(tls) = conn.tls.as_deref_mut() else {
+            return;
+        };
+        let failed = loop {
+            if conn.out_pos < conn.out.len() {
+                match tls.writer().write(&conn.out[conn.out_pos..]) {
+                    Ok(n) => conn.out_pos += n,
+                    Err(_) => break true,
+                }
+                if conn.out_pos == conn.out.len() {
+                    conn.out.clear();
+                    conn.out_pos = 0;
                 }
             }
+            if !tls.wants_write() {
+                break false;
+            }
+            match tls.write_tls(&mut conn.stream) {
+                Ok(0) => break true,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break false,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => break true,
+            }
+        };
+        if failed {
+            self.fail(i, "connection");
+        }
+    }
+
+    /// TLS: reads ciphertext until the socket would block, decrypting it and parsing the
+    /// replies from the plaintext as it comes. A record that does not decrypt or a TLS alert
+    /// fails the connection as `protocol`; a close (with or without close_notify), as
+    /// `connection`, after the replies that came before it.
+    fn read_conn_tls(&mut self, i: usize, now_ns: &impl Fn() -> u64) {
+        loop {
+            let conn = &mut self.conns[i];
+            let Some(tls) = conn.tls.as_deref_mut() else {
+                return;
+            };
+            let (mut closed, mut drained) = (false, false);
+            match tls.read_tls(&mut conn.stream) {
+                Ok(0) => closed = true,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => drained = true,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return self.fail(i, "connection"),
+            }
+            if tls.process_new_packets().is_err() {
+                // rustls queued an alert; try to send it, then give the connection up.
+                let _ = tls.write_tls(&mut conn.stream);
+                return self.fail(i, "protocol");
+            }
+            loop {
+                let conn = &mut self.conns[i];
+                make_room(conn);
+                let Some(tls) = conn.tls.as_deref_mut() else {
+                    return;
+                };
+                match tls.reader().read(&mut conn.buf[conn.filled..]) {
+                    // close_notify: the server ended the session.
+                    Ok(0) => return self.fail(i, "connection"),
+                    Ok(n) => {
+                        conn.filled += n;
+                        if !self.parse_replies(i, now_ns()) {
+                            return;
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(_) => return self.fail(i, "connection"),
+                }
+            }
+            if self.conns[i].tls.as_ref().is_some_and(|t| t.wants_write()) {
+                self.flush_tls(i);
+            }
+            if closed {
+                return self.fail(i, "connection");
+            }
+            if drained || !self.conns[i].alive {
+                return;
+            }
+        }
+    }
+
+    fn read_conn(&mut self, i: usize, now_ns: &impl Fn() -> u64) {
+        if self.conns[i].tls.is_some() {
+            return self.read_conn_tls(i, now_ns);
+        }
+        loop {
+            let conn = &mut self.conns[i];
+            make_room(conn);
             match conn.stream.read(&mut conn.buf[conn.filled..]) {
                 Ok(0) => return self.fail(i, "connection"),
                 Ok(n) => {
@@ -593,6 +714,24 @@ impl Worker {
             .completed
             .fetch_add(std::mem::take(&mut self.completed), Ordering::Relaxed);
     }
+}
+
+/// A TLS session with `addr` over the connected (still blocking) `stream`, its handshake
+/// finished within `timeout` per read or write.
+fn handshake(
+    target: &crate::tls::TlsTarget,
+    addr: SocketAddr,
+    stream: &std::net::TcpStream,
+    timeout: Duration,
+) -> io::Result<rustls::ClientConnection> {
+    let mut session = target.session(addr).map_err(io::Error::other)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    let mut stream = stream;
+    while session.is_handshaking() {
+        session.complete_io(&mut stream)?;
+    }
+    Ok(session)
 }
 
 /// What a reply means for the statistics.
