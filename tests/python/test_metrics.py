@@ -89,7 +89,7 @@ def eventually(base, promql, want):
 
 
 def test_prometheus_scrapes_a_ring_with_memcached_exporters_names(ring, prometheus):
-    c = Client(("127.0.0.1", ring[1].port), connect_timeout=5, timeout=10)
+    c = Client(("127.0.0.1", ring[1].port), connect_timeout=5, timeout=10, default_noreply=False)
     for i in range(KEYS):
         assert c.set(f"metric-{i}", b"v")
     for i in range(KEYS):
@@ -104,3 +104,30 @@ def test_prometheus_scrapes_a_ring_with_memcached_exporters_names(ring, promethe
     # The cells' ranges cover the ring once.
     eventually(prometheus, "sum(cellcache_range_share)", 1)
     c.close()
+
+
+def test_cells_is_the_ring_as_json(ring):
+    c = Client(("127.0.0.1", ring[0].port), connect_timeout=5, timeout=10, default_noreply=False)
+    for i in range(100):
+        assert c.set(f"cells-{i}", b"v")
+    c.close()
+    with urllib.request.urlopen(f"http://127.0.0.1:{ring[2].admin_port}/cells",
+                                timeout=5) as r:
+        assert r.headers["Content-Type"].startswith("application/json")
+        view = json.load(r)
+    assert view["self"] in {c["id"] for c in view["cells"]}
+    assert view["peers"] in ("open", "secret", "tls", "secret+tls")
+    assert len(view["cells"]) == 3
+    covered = 0
+    for cell in view["cells"]:
+        assert cell["state"] == "active" and cell["role"] == "voter", cell
+        start, end = (int(x, 16) for x in cell["range"])
+        covered += end - start + 1
+        # Replication factor 2 (the default): each cell backs up one other's range.
+        assert [b["master"] for b in cell["backups"]] != [cell["id"]]
+        assert len(cell["backups"]) == view["replication_factor"] - 1
+        assert cell["memory"]["limit"] == 64 << 20
+    assert covered == 1 << 64, "the masters' ranges cover the hash space once"
+    # Every item is held twice (master and backup).
+    assert sum(cell["memory"]["items"] for cell in view["cells"]) == 100 * view["replication_factor"], json.dumps(view)
+    assert view["migrations"] == []

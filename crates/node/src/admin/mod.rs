@@ -184,6 +184,7 @@ fn router(plane: Arc<Plane>) -> Router {
         .route("/health", get(|| async { "OK\r\n" }))
         .route("/metrics", get(metrics))
         .route("/cluster/status", get(status))
+        .route("/cells", get(cells))
         .route("/cluster/ranges", get(ranges))
         .route("/cluster/peek/{key}", get(peek))
         .route("/cluster/leave/{cell}", post(leave))
@@ -255,6 +256,14 @@ async fn metrics(State(plane): State<Arc<Plane>>) -> Response {
             "metrics could not be encoded\r\n",
         )
             .into_response(),
+    }
+}
+
+/// The ring as JSON (`cluster::view::RingView`).
+async fn cells(State(plane): State<Arc<Plane>>) -> Response {
+    match plane.ring.cluster.get() {
+        Some(cl) => axum::Json(cluster::view::gather(cl).await).into_response(),
+        None => not_a_member(),
     }
 }
 

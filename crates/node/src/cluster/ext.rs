@@ -15,10 +15,8 @@
 
 use cellcache_proto::lines;
 use std::sync::Arc;
-use std::time::Duration;
 
-use cellcache_cluster::wire::FrameKind;
-use cellcache_cluster::{CellAddress, CellId, CellState, Migration};
+use cellcache_cluster::{CellAddress, CellId};
 
 use super::Cluster;
 use crate::cell::Cell;
@@ -94,114 +92,9 @@ fn server_error(text: &str) -> Vec<u8> {
     out
 }
 
-/// `STAT name value` lines of a `stats` reply, as (name, value).
-fn stat<'a>(reply: &'a str, name: &str) -> Option<&'a str> {
-    reply.lines().find_map(|l| {
-        let mut w = l.split(' ');
-        (w.next() == Some("STAT") && w.next() == Some(name))
-            .then(|| w.next())
-            .flatten()
-    })
-}
-
 /// The ring as this cell sees it (`EPOCH …`, a `CELL` line per cell, `MIGRATION`s, `END`).
 pub async fn status_text(cl: &Arc<Cluster>) -> String {
-    let map = cl.lock_ring().map().clone();
-    let (voters, learners, leader) = match cl.raft.get() {
-        Some(r) => {
-            use cellcache_cluster::Consensus;
-            let m = r.membership();
-            let leader = r.leader().and_then(|l| cl.cell_of_raft_id(l));
-            (m.voters, m.learners, leader)
-        }
-        None => Default::default(),
-    };
-    let mut out = format!(
-        "EPOCH {} RF {} LEADER {} SELF {} RING {:x} PEERS {}\r\n",
-        map.epoch(),
-        map.replication_factor(),
-        leader.map_or("-".to_string(), |l| l.to_string()),
-        cl.me,
-        map.ring(),
-        // Said on every status: a ring without a secret or TLS is open to anyone on its
-        // network.
-        cl.auth.mode()
-    );
-    for c in map.cells() {
-        let stats = if c.id == cl.me {
-            let mut o = Vec::new();
-            crate::stats::reply(
-                &cl.cell,
-                &cellcache_proto::StatsGroup::General,
-                cl.cell.now(),
-                &mut o,
-            );
-            Some(o)
-        } else if let Some(link) = cl.link(&c.id) {
-            let call = link.call(FrameKind::ForwardRequest, super::stats::CELL_STATS.to_vec());
-            match tokio::time::timeout(Duration::from_millis(500), call).await {
-                Ok(Ok(f)) if f.kind == FrameKind::ForwardReply => Some(f.payload),
-                _ => None,
-            }
-        } else {
-            None
-        };
-        let memory = stats
-            .map(|s| {
-                let s = String::from_utf8_lossy(&s).into_owned();
-                format!(
-                    "bytes={} limit={} items={}",
-                    stat(&s, "bytes").unwrap_or("?"),
-                    stat(&s, "limit_maxbytes").unwrap_or("?"),
-                    stat(&s, "curr_items").unwrap_or("?")
-                )
-            })
-            .unwrap_or_else(|| "unreachable".into());
-        let role = if voters.contains(&c.id) {
-            "voter"
-        } else if learners.contains(&c.id) {
-            "learner"
-        } else {
-            "none"
-        };
-        let state = match c.state {
-            CellState::Joining => "joining",
-            CellState::Active => "active",
-            CellState::Leaving => "leaving",
-            CellState::Dead => "dead",
-        };
-        let range = c.range.map_or("-".to_string(), |r| {
-            format!("{:016x}-{:016x}", r.start, r.end)
-        });
-        out.push_str(&format!(
-            "CELL {} {} client={} peer={} range={} role={} {}\r\n",
-            c.id, state, c.address.client, c.address.peer, range, role, memory
-        ));
-    }
-    for m in map.migrations() {
-        match m {
-            Migration::Division {
-                parent,
-                child,
-                range,
-                ..
-            } => out.push_str(&format!(
-                "MIGRATION division parent={parent} child={child} range={:016x}-{:016x}\r\n",
-                range.start, range.end
-            )),
-            Migration::Absorption {
-                departed,
-                successor,
-                range,
-                ..
-            } => out.push_str(&format!(
-                "MIGRATION absorption departed={departed} successor={successor} range={:016x}-{:016x}\r\n",
-                range.start, range.end
-            )),
-        }
-    }
-    out.push_str("END\r\n");
-    out
+    super::view::gather(cl).await.text()
 }
 
 /// Items held per range: the master range and each backed-up range.

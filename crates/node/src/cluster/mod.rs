@@ -17,6 +17,7 @@ pub mod flush;
 pub mod group;
 pub mod handshake;
 mod join;
+pub mod view;
 pub use join::{AttemptError, JoinError, invite};
 pub use slot::Slot;
 pub mod link;
