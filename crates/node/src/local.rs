@@ -91,6 +91,12 @@ pub fn execute(
         Request::Version => {
             Response::Version(VERSION.as_bytes()).encode(out);
         }
+        // A cell outside a ring: itself, at version 1 (a ring's cells answer in `cluster`).
+        Request::ConfigGetCluster => {
+            let here = cell.config.server.addrs()[0];
+            let ip = here.ip().to_string();
+            discovery_reply(1, &[(ip.clone(), ip, here.port())], out);
+        }
         Request::RefreshCerts { noreply } => {
             // memcached's replies: OK, or an error line (also without -Z).
             let reply = match cell.tls.get() {
@@ -175,6 +181,22 @@ fn admin_reply(cell: &Cell, admin: &cellcache_proto::Admin) -> &'static [u8] {
         }
         Admin::ShutdownInvalidMode => lines::ERROR_SHUTDOWN_DISABLED,
     }
+}
+
+/// ElastiCache's answer to `config get cluster`: `CONFIG cluster 0 <len>`, then `<len>`
+/// bytes — the configuration's version and a line of `host|ip|port` per cell, each line
+/// ending in `\n` — then `\r\n` and `END`. Auto-discovering clients poll it and follow the
+/// version.
+pub fn discovery_reply(version: u64, cells: &[(String, String, u16)], out: &mut Vec<u8>) {
+    let nodes: Vec<String> = cells
+        .iter()
+        .map(|(host, ip, port)| format!("{host}|{ip}|{port}"))
+        .collect();
+    let body = format!("{version}\n{}\n", nodes.join(" "));
+    out.extend_from_slice(format!("CONFIG cluster 0 {}\r\n", body.len()).as_bytes());
+    out.extend_from_slice(body.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(lines::END);
 }
 
 fn reply_unless(noreply: bool, out: &mut Vec<u8>, line: &[u8]) {

@@ -142,6 +142,10 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
         b"flush_all" => cx.flush_all(tokens),
         b"version" => cx.complete(Request::Version),
         b"verbosity" => cx.verbosity(tokens),
+        // ElastiCache's auto discovery; any other `config` request is unknown, as in memcached.
+        b"config" if trim_end(tokens.remainder()) == b"get cluster" => {
+            cx.complete(Request::ConfigGetCluster)
+        }
         b"refresh_certs" => {
             // As memcached: any further words are ignored but a trailing `noreply`.
             let noreply = LineTokens::new(tokens).noreply();

@@ -60,6 +60,9 @@ pub enum Request<'a> {
         /// Suppress the reply.
         noreply: bool,
     },
+    /// `config get cluster`: the cells of the ring, as ElastiCache's auto-discovery
+    /// endpoint answers it (`CONFIG cluster 0 <len>`, a version, `host|ip|port …`, `END`).
+    ConfigGetCluster,
     /// `refresh_certs [noreply]`: read the TLS certificate and key again (memcached `-Z`).
     RefreshCerts {
         /// Suppress the reply.
@@ -619,6 +622,7 @@ impl Request<'_> {
                 write_u64(out, *megabytes);
                 noreply(out, *nr);
             }
+            Request::ConfigGetCluster => out.extend_from_slice(b"config get cluster"),
             Request::RefreshCerts { noreply: nr } => {
                 out.extend_from_slice(b"refresh_certs");
                 noreply(out, *nr);

@@ -199,6 +199,12 @@ fn execute_local(
             }
             Flow::Continue
         }
+        // ElastiCache's auto discovery: the ring's Active cells, versioned by the map's epoch.
+        Request::ConfigGetCluster => {
+            let (epoch, cells) = cl.discovery_cells();
+            crate::local::discovery_reply(epoch, &cells, out);
+            Flow::Continue
+        }
         // One cell's own figures, for a ring-wide `stats` (see `stats`).
         Request::Stats(cellcache_proto::StatsGroup::Other(b"cell")) => {
             super::stats::local_cell_stats(cl, out);

@@ -66,6 +66,27 @@ fn master_range(cl: &Cluster) -> Option<cellcache_cluster::HashRange> {
 }
 
 impl Cluster {
+    /// The map's epoch and its Active cells' client addresses as `(host, ip, port)`: what
+    /// `config get cluster` lists. A cell advertised by a host name gets an empty IP (it is
+    /// not resolved here: this runs on an engine thread, which never blocks).
+    pub fn discovery_cells(&self) -> (u64, Vec<(String, String, u16)>) {
+        let map = self.lock_ring().map().clone();
+        let cells = map
+            .cells()
+            .iter()
+            .filter(|c| c.state == CellState::Active)
+            .filter_map(|c| {
+                let (host, port) = c.address.client.rsplit_once(':')?;
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                let ip = host
+                    .parse::<std::net::IpAddr>()
+                    .map_or(String::new(), |ip| ip.to_string());
+                Some((host.to_string(), ip, port.parse().ok()?))
+            })
+            .collect();
+        (map.epoch(), cells)
+    }
+
     /// The share of the key-hash space this cell masters (0 unless Active).
     pub fn master_range_share(&self) -> f64 {
         master_range(self).map_or(0.0, |r| r.len() as f64 / 2f64.powi(64))

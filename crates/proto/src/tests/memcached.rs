@@ -294,6 +294,9 @@ fn administration_commands_parse_like_memcached() {
             ErrorReply::Client(ClientError::BadCommandLineFormat),
         ),
         (b"cache_memlimit x\r\n", ErrorReply::Error),
+        // Only ElastiCache's `config get cluster` is known.
+        (b"config get other\r\n", ErrorReply::Error),
+        (b"config set cluster 1\r\n", ErrorReply::Error),
     ] {
         let Parsed::Error(e) = parse(line, &limits) else {
             panic!("{line:?} accepted");

@@ -213,6 +213,7 @@ fn classic_requests_parse_to_their_typed_form() {
                 noreply: true,
             },
         ),
+        (b"config get cluster\r\n", Request::ConfigGetCluster),
         (
             b"refresh_certs\r\n",
             Request::RefreshCerts { noreply: false },
