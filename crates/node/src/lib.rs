@@ -128,6 +128,14 @@ impl Node {
             let probe = std::net::TcpListener::bind(at).map_err(bind_error)?;
             config.server.port = probe.local_addr().map_err(bind_error)?.port();
         }
+        // The admin port too, once the client port is known (a standalone cell on port 0
+        // knows it only once its engine bound it).
+        let admin_early = (config.server.port != 0)
+            .then(|| {
+                let client = SocketAddr::new(config.server.listen.first(), config.server.port);
+                admin::prepare(&config.admin, client)
+            })
+            .transpose()?;
         let store = if config.cluster.enabled {
             cellcache_store::Store::with_change_sink(config.store.clone(), repl.clone())
         } else {
@@ -179,7 +187,11 @@ impl Node {
         cell.conns.set_listeners(&engine.listeners);
         let _ = cell.engine_stats.set(engine.stats.clone());
         let _ = cell.engine.set(engine.engine);
-        let admin = admin::start(cell.clone(), ring.clone(), engine.local_addr)?;
+        let prepared = match admin_early {
+            Some(prepared) => prepared,
+            None => admin::prepare(&cell.config.admin, engine.local_addr)?,
+        };
+        let admin = admin::start(prepared, cell.clone(), ring.clone())?;
         Ok(Node {
             cell,
             ring,

@@ -123,18 +123,41 @@ fn bind(config: &AdminConfig, client: SocketAddr) -> Result<std::net::TcpListene
     bind(at(0))
 }
 
-/// Starts the admin plane of `cell` (its ring membership in `ring`), if enabled.
-pub fn start(
-    cell: Arc<Cell>,
-    ring: Arc<Slot>,
-    client: SocketAddr,
-) -> Result<Option<Admin>, AdminError> {
-    let config = cell.config.admin.clone();
+/// The admin plane's token and bound listener, before it serves ([`start`]).
+pub struct Prepared {
+    config: AdminConfig,
+    token: Option<Vec<u8>>,
+    listener: std::net::TcpListener,
+}
+
+/// Reads the token and binds the admin port next to the client port `client`, if the admin
+/// plane is enabled. A ring member does this before it joins its ring, so that a taken admin
+/// port fails the start before the ring has made the cell a member.
+pub fn prepare(config: &AdminConfig, client: SocketAddr) -> Result<Option<Prepared>, AdminError> {
     if !config.enabled {
         return Ok(None);
     }
-    let token = load_token(&config.token_file)?;
-    let listener = bind(&config, client)?;
+    Ok(Some(Prepared {
+        config: config.clone(),
+        token: load_token(&config.token_file)?,
+        listener: bind(config, client)?,
+    }))
+}
+
+/// Starts serving the prepared admin plane of `cell` (its ring membership in `ring`).
+pub fn start(
+    prepared: Option<Prepared>,
+    cell: Arc<Cell>,
+    ring: Arc<Slot>,
+) -> Result<Option<Admin>, AdminError> {
+    let Some(Prepared {
+        config,
+        token,
+        listener,
+    }) = prepared
+    else {
+        return Ok(None);
+    };
     let addr = listener.local_addr().map_err(|source| AdminError::Bind {
         addr: SocketAddr::new(config.listen, config.port),
         source,
