@@ -36,6 +36,8 @@ const KEYS: &[(&str, &str)] = &[
     ("peer_tls_cert", "cluster.tls.cert_file"),
     ("peer_tls_key", "cluster.tls.key_file"),
     ("peer_tls_ca", "cluster.tls.ca_file"),
+    ("dns_port", "dns.port"),
+    ("cluster_name", "dns.name"),
     ("admin_port", "admin.port"),
     ("admin_listen", "admin.listen"),
     ("admin_token_file", "admin.token_file"),
@@ -67,6 +69,7 @@ fn default_of(id: &str, key: &str, defaults: &toml::Table) -> String {
         "verbose" => return format!("off (log.level {})", config.log.level),
         "peer_port" if config.cluster.peer_port == 0 => return "client port + 10000".into(),
         "admin_port" if config.admin.port == 0 => return "client port + 20000".into(),
+        "dns_port" if config.dns.port == 0 => return "none: no DNS".into(),
         "admin_token_file" if config.admin.token_file.is_empty() => {
             return "none: loopback only".into();
         }

@@ -118,6 +118,13 @@ pub struct ServeArgs {
     /// PEM certificate of the CA every peer's certificate must chain to.
     #[arg(long, value_name = "PATH")]
     pub peer_tls_ca: Option<String>,
+    /// Answer DNS for the ring's name on this port (UDP and TCP; dns.listen, loopback by
+    /// default): NAME A/AAAA, _memcache._tcp.NAME SRV, cell-ID.NAME.
+    #[arg(long, value_name = "PORT")]
+    pub dns_port: Option<u16>,
+    /// The ring's DNS name (with --dns-port), e.g. cache.cellcache.local.
+    #[arg(long, value_name = "NAME")]
+    pub cluster_name: Option<String>,
     /// Admin port (HTTP, for `cellcache ctl`), on --admin-listen.
     #[arg(long, value_name = "PORT")]
     pub admin_port: Option<u16>,
@@ -263,6 +270,12 @@ impl ServeArgs {
         }
         if let Some(p) = self.admin_port {
             c.admin.port = p;
+        }
+        if let Some(p) = self.dns_port {
+            c.dns.port = p;
+        }
+        if let Some(name) = &self.cluster_name {
+            c.dns.name = name.clone();
         }
         if let Some(ip) = self.admin_listen {
             c.admin.listen = ip;

@@ -20,6 +20,7 @@ pub mod conns;
 pub mod counters;
 pub mod credentials;
 pub mod detail;
+pub mod dns;
 pub mod local;
 pub mod memory;
 pub mod meta;
@@ -58,6 +59,8 @@ pub enum StartError {
     Tls(#[from] cellcache_io::tls::TlsError),
     #[error(transparent)]
     Admin(#[from] admin::AdminError),
+    #[error(transparent)]
+    Dns(#[from] dns::DnsError),
 }
 
 /// An error and its sources on one line, `outer: cause: root`, each said once (a message
@@ -84,6 +87,8 @@ pub struct Node {
     engine: RunningEngine,
     /// The admin plane (off with `admin.enabled = false`).
     admin: Option<admin::Admin>,
+    /// The DNS entry point (on with `dns.port`).
+    dns: Option<dns::Dns>,
 }
 
 impl Node {
@@ -136,6 +141,7 @@ impl Node {
                 admin::prepare(&config.admin, client)
             })
             .transpose()?;
+        let dns_ready = dns::prepare(&config.dns)?;
         let store = if config.cluster.enabled {
             cellcache_store::Store::with_change_sink(config.store.clone(), repl.clone())
         } else {
@@ -192,16 +198,23 @@ impl Node {
             None => admin::prepare(&cell.config.admin, engine.local_addr)?,
         };
         let admin = admin::start(prepared, cell.clone(), ring.clone())?;
+        let dns = dns::start(dns_ready, cell.clone(), ring.clone())?;
         Ok(Node {
             cell,
             ring,
             engine,
             admin,
+            dns,
         })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
         self.engine.local_addr
+    }
+
+    /// The DNS listener's address, if the DNS entry point runs.
+    pub fn dns_addr(&self) -> Option<SocketAddr> {
+        self.dns.as_ref().map(|d| d.addr)
     }
 
     /// The admin listener's address, if the admin plane runs.

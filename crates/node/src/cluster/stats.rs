@@ -56,6 +56,14 @@ const ENTRY_FIELDS: &[&str] = &[
     "time_since_server_cert_refresh",
 ];
 
+/// An Active cell's client address, for discovery.
+struct LiveCell {
+    id: String,
+    host: String,
+    ip: Option<std::net::IpAddr>,
+    port: u16,
+}
+
 /// The range this cell masters, while it is an Active cell of its map.
 fn master_range(cl: &Cluster) -> Option<cellcache_cluster::HashRange> {
     let ring = cl.lock_ring();
@@ -70,6 +78,32 @@ impl Cluster {
     /// `config get cluster` lists. A cell advertised by a host name gets an empty IP (it is
     /// not resolved here: this runs on an engine thread, which never blocks).
     pub fn discovery_cells(&self) -> (u64, Vec<(String, String, u16)>) {
+        let (epoch, cells) = self.live_cells();
+        let cells = cells
+            .into_iter()
+            .map(|c| {
+                (
+                    c.host,
+                    c.ip.map_or(String::new(), |ip| ip.to_string()),
+                    c.port,
+                )
+            })
+            .collect();
+        (epoch, cells)
+    }
+
+    /// [`Self::discovery_cells`] with each cell's id, for the DNS entry point.
+    pub fn discovery_cells_with_ids(&self) -> (u64, Vec<(String, Option<std::net::IpAddr>, u16)>) {
+        let (epoch, cells) = self.live_cells();
+        (
+            epoch,
+            cells.into_iter().map(|c| (c.id, c.ip, c.port)).collect(),
+        )
+    }
+
+    /// The map's epoch and its Active cells' client addresses (an IP only when they are
+    /// advertised by one: a host name is not resolved on an engine thread).
+    fn live_cells(&self) -> (u64, Vec<LiveCell>) {
         let map = self.lock_ring().map().clone();
         let cells = map
             .cells()
@@ -78,10 +112,12 @@ impl Cluster {
             .filter_map(|c| {
                 let (host, port) = c.address.client.rsplit_once(':')?;
                 let host = host.trim_start_matches('[').trim_end_matches(']');
-                let ip = host
-                    .parse::<std::net::IpAddr>()
-                    .map_or(String::new(), |ip| ip.to_string());
-                Some((host.to_string(), ip, port.parse().ok()?))
+                Some(LiveCell {
+                    id: c.id.to_string(),
+                    host: host.to_string(),
+                    ip: host.parse().ok(),
+                    port: port.parse().ok()?,
+                })
             })
             .collect();
         (map.epoch(), cells)

@@ -14,11 +14,13 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 
 mod admin;
+mod dns;
 mod listen;
 mod peer_tls;
 pub use admin::{ADMIN_PORT_OFFSET, AdminConfig};
 pub use cellcache_io::{EngineConfig, IoEngineKind};
 pub use cellcache_store::StoreConfig;
+pub use dns::DnsConfig;
 pub use listen::{BadListenAddr, ListenAddr, ListenAddrs};
 pub use peer_tls::{PEER_TLS_SERVER_NAME_DEFAULT, PeerTlsConfig};
 
@@ -33,6 +35,7 @@ pub struct NodeConfig {
     pub log: LogConfig,
     pub cluster: ClusterConfig,
     pub admin: AdminConfig,
+    pub dns: DnsConfig,
 }
 
 /// When a master acknowledges a write: after its backups applied it, or at once.
