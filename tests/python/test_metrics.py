@@ -131,3 +131,20 @@ def test_cells_is_the_ring_as_json(ring):
     # Every item is held twice (master and backup).
     assert sum(cell["memory"]["items"] for cell in view["cells"]) == 100 * view["replication_factor"], json.dumps(view)
     assert view["migrations"] == []
+
+
+def test_events_tell_how_the_ring_formed(ring):
+    with urllib.request.urlopen(f"http://127.0.0.1:{ring[0].admin_port}/events",
+                                timeout=5) as r:
+        events = json.load(r)
+    kinds = [(e["kind"], e["reason"]) for e in events]
+    # Each of the two cells that joined the first divided a range off: started, finished.
+    assert kinds.count(("division_started", "scale-out")) == 2, events
+    assert kinds.count(("division_finished", "scale-out")) == 2, events
+    epochs = [e["epoch"] for e in events]
+    assert epochs == sorted(epochs), "oldest first"
+    children = {e["cell"] for e in events}
+    with urllib.request.urlopen(f"http://127.0.0.1:{ring[0].admin_port}/cells",
+                                timeout=5) as r:
+        ids = {c["id"] for c in json.load(r)["cells"]}
+    assert children < ids and len(children) == 2

@@ -208,6 +208,7 @@ fn router(plane: Arc<Plane>) -> Router {
         .route("/metrics", get(metrics))
         .route("/cluster/status", get(status))
         .route("/cells", get(cells))
+        .route("/events", get(events))
         .route("/cluster/ranges", get(ranges))
         .route("/cluster/peek/{key}", get(peek))
         .route("/cluster/leave/{cell}", post(leave))
@@ -279,6 +280,14 @@ async fn metrics(State(plane): State<Arc<Plane>>) -> Response {
             "metrics could not be encoded\r\n",
         )
             .into_response(),
+    }
+}
+
+/// The ring's recent events as JSON, oldest first (`cluster::events`).
+async fn events(State(plane): State<Arc<Plane>>) -> Response {
+    match plane.ring.cluster.get() {
+        Some(cl) => axum::Json(cl.recent_events()).into_response(),
+        None => not_a_member(),
     }
 }
 

@@ -12,6 +12,7 @@
 
 mod catchup;
 mod counters;
+pub mod events;
 pub mod ext;
 pub mod flush;
 pub mod group;
@@ -136,6 +137,8 @@ pub struct Cluster {
     /// Delayed `flush_all`s this cell must keep or may have to (see [`flush`]). Lock order:
     /// after `applied`, see [`Cluster`].
     flushes: Mutex<flush::PendingFlushes>,
+    /// The ring's recent events (see [`events`]). Lock order: a leaf lock, see [`Cluster`].
+    events: Mutex<events::Recent>,
     /// What the membership file says now (see [`restart`]). Lock order: a leaf lock, see
     /// [`Cluster`].
     membership: Mutex<Option<restart::Membership>>,
@@ -314,6 +317,7 @@ impl Cluster {
             catch_up_at: AtomicU64::new(0),
             leaving: AtomicBool::new(false),
             flushes: Mutex::new(flush::PendingFlushes::default()),
+            events: Mutex::new(events::Recent::new(config.events_kept)),
             membership: Mutex::new(None),
             order: order::Order::default(),
             clock,
@@ -455,15 +459,28 @@ impl Cluster {
     /// ([`catchup`]). A map one peer sends is never passed here.
     fn install_map(self: &Arc<Self>, map: ClusterMap) {
         let now = self.now_ms();
-        let outputs = {
+        let (outputs, changes) = {
             let mut ring = self.lock_ring();
             if map.epoch() <= ring.map().epoch() || map.ring() != self.ring_id {
                 return;
             }
+            let changes = events::diff(ring.map(), &map, crate::cell::unix_now_secs());
             ring.install_map(map.clone(), now);
             self.epoch.store(ring.map().epoch(), Ordering::Release);
-            ring.drain_outputs()
+            (ring.drain_outputs(), changes)
         };
+        for e in changes {
+            tracing::info!(
+                epoch = e.epoch,
+                kind = e.kind,
+                cell = %e.cell,
+                other = %e.other,
+                range = %format_args!("{}-{}", e.range[0], e.range[1]),
+                reason = e.reason,
+                "ring event"
+            );
+            self.events.lock().push(e);
+        }
         self.stats.maps_installed.fetch_add(1, Ordering::Relaxed);
         if map
             .cell(&self.me)

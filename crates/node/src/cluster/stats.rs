@@ -74,6 +74,11 @@ fn master_range(cl: &Cluster) -> Option<cellcache_cluster::HashRange> {
 }
 
 impl Cluster {
+    /// The ring's recent events, oldest first (`GET /events`).
+    pub fn recent_events(&self) -> Vec<super::events::Event> {
+        self.events.lock().list()
+    }
+
     /// The map's epoch and its Active cells' client addresses as `(host, ip, port)`: what
     /// `config get cluster` lists. A cell advertised by a host name gets an empty IP (it is
     /// not resolved here: this runs on an engine thread, which never blocks).

@@ -147,6 +147,8 @@ pub struct ClusterConfig {
     pub handoff_bytes_per_sec: u64,
     /// Most voters of the consensus group (the rest of the cells are learners).
     pub voters_max: usize,
+    /// The ring's recent events (divisions, absorptions) a cell keeps for `GET /events`.
+    pub events_kept: usize,
     /// Ring timing (heartbeats, leases, suspicion).
     pub ring: cellcache_cluster::RingConfig,
     /// Inter-cell frame limits.
@@ -183,6 +185,7 @@ impl Default for ClusterConfig {
             handoff_bytes_per_sec: 256 << 20,
             handoff_lag_bytes_max: 1 << 20,
             voters_max: 5,
+            events_kept: 100,
             ring: Default::default(),
             wire: Default::default(),
             raft: Default::default(),
