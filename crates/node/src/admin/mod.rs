@@ -204,6 +204,7 @@ pub fn start(
 
 fn router(plane: Arc<Plane>) -> Router {
     Router::new()
+        .route("/", get(dashboard))
         .route("/health", get(|| async { "OK\r\n" }))
         .route("/metrics", get(metrics))
         .route("/cluster/status", get(status))
@@ -224,7 +225,10 @@ async fn authorize(
     request: Request,
     next: Next,
 ) -> Response {
-    if let Some(token) = &plane.token {
+    // The dashboard page itself holds no data: it asks for the token (`/?token=`) and sends
+    // it with every request for data.
+    let page = request.uri().path() == "/";
+    if let Some(token) = plane.token.as_ref().filter(|_| !page) {
         let given = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
@@ -281,6 +285,15 @@ async fn metrics(State(plane): State<Arc<Plane>>) -> Response {
         )
             .into_response(),
     }
+}
+
+/// The dashboard: one page, no build step, that draws `/cells` and `/events` every second.
+async fn dashboard() -> Response {
+    (
+        [(axum::http::header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        include_str!("dashboard.html"),
+    )
+        .into_response()
 }
 
 /// The ring's recent events as JSON, oldest first (`cluster::events`).

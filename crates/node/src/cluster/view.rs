@@ -48,6 +48,17 @@ pub struct CellView {
     pub role: &'static str,
     /// Its memory, or `None` when it did not answer in time (`unreachable`).
     pub memory: Option<MemoryView>,
+    /// Its request counters (since its start or `stats reset`), when it answered: a
+    /// dashboard turns two readings into ops/s and a hit ratio.
+    pub counters: Option<CountersView>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CountersView {
+    pub cmd_get: u64,
+    pub cmd_set: u64,
+    pub get_hits: u64,
+    pub get_misses: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -119,12 +130,20 @@ pub async fn gather(cl: &Arc<Cluster>) -> RingView {
         } else {
             None
         };
-        let memory = stats.and_then(|s| {
-            let s = String::from_utf8_lossy(&s);
+        let text = stats.map(|s| String::from_utf8_lossy(&s).into_owned());
+        let memory = text.as_deref().and_then(|s| {
             Some(MemoryView {
-                bytes: stat(&s, "bytes")?,
-                limit: stat(&s, "limit_maxbytes")?,
-                items: stat(&s, "curr_items")?,
+                bytes: stat(s, "bytes")?,
+                limit: stat(s, "limit_maxbytes")?,
+                items: stat(s, "curr_items")?,
+            })
+        });
+        let counters = text.as_deref().and_then(|s| {
+            Some(CountersView {
+                cmd_get: stat(s, "cmd_get")?,
+                cmd_set: stat(s, "cmd_set")?,
+                get_hits: stat(s, "get_hits")?,
+                get_misses: stat(s, "get_misses")?,
             })
         });
         let role = if voters.contains(&c.id) {
@@ -157,6 +176,7 @@ pub async fn gather(cl: &Arc<Cluster>) -> RingView {
             backups,
             role,
             memory,
+            counters,
         });
     }
     let migrations = map

@@ -1,0 +1,92 @@
+"""The dashboard (`GET /` on a cell's admin port) in a real headless browser: Chromium
+(Debian's) driven by Playwright, against a ring of three while a fourth cell divides one of
+their ranges — the page shows the new cell without a reload. Screenshots go to
+target/dashboard/ (`CELLCACHE_DASHBOARD_SHOTS=docs` writes docs/dashboard*.png, as
+committed). cellcache only.
+"""
+import os
+import shutil
+import time
+import urllib.request
+
+import pytest
+
+from conftest import FORM_TIMEOUT_S, ROOT, OneServer, free_port, ring_formed
+
+MEMCACHED = os.environ.get("CELLCACHE_TEST_SERVER") == "memcached"
+pytestmark = pytest.mark.skipif(MEMCACHED, reason="memcached has no dashboard")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+WAIT_MS = 60_000
+
+
+@pytest.fixture
+def ring():
+    cells = []
+    try:
+        first_peer = free_port()
+        for i in range(3):
+            args = ["-m", "64", "--peer-port", str(first_peer if i == 0 else free_port())]
+            if i:
+                args += ["--join", f"127.0.0.1:{first_peer}"]
+            cells.append(OneServer(args))
+            deadline = time.monotonic() + FORM_TIMEOUT_S
+            while not ring_formed("127.0.0.1", [c.admin_port for c in cells], i + 1):
+                assert time.monotonic() < deadline, f"ring of {i + 1} did not form"
+                time.sleep(0.1)
+        yield cells, first_peer
+    finally:
+        for c in cells:
+            c.stop()
+
+
+def shots_dir():
+    target = os.environ.get("CELLCACHE_DASHBOARD_SHOTS")
+    d = os.path.join(ROOT, "docs") if target == "docs" else os.path.join(ROOT, "target", "dashboard")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def test_the_dashboard_shows_a_division_live(ring):
+    from pymemcache.client.base import Client
+    from playwright.sync_api import sync_playwright
+
+    assert CHROMIUM, "Debian's chromium is installed (.ci/run installs it)"
+    cells, first_peer = ring
+    c = Client(("127.0.0.1", cells[0].port), connect_timeout=5, timeout=10, default_noreply=False)
+    for i in range(200):
+        c.set(f"dash-{i}", b"x" * 1000)
+    for i in range(300):
+        c.get(f"dash-{i}")
+    url = f"http://127.0.0.1:{cells[0].admin_port}/"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page.goto(url)
+        page.wait_for_function("document.querySelectorAll('#circle path[data-cell]').length === 3",
+                               timeout=WAIT_MS)
+        assert page.locator("#cells tr").count() == 3
+        page.screenshot(path=os.path.join(shots_dir(), "dashboard.png"))
+        # A fourth cell divides a range off, while the page stays open.
+        standby = OneServer(["-m", "64", "--standby", "--peer-port", str(free_port())])
+        cells.append(standby)
+        status = urllib.request.urlopen(
+            f"http://127.0.0.1:{cells[0].admin_port}/cluster/status", timeout=5).read().decode()
+        parent = status.split(" SELF ")[1].split(" ")[0]
+        invite = urllib.request.Request(
+            f"http://127.0.0.1:{standby.admin_port}/cluster/invite"
+            f"?via=127.0.0.1:{first_peer}&parent={parent}", method="POST")
+        assert urllib.request.urlopen(invite, timeout=60).read().startswith(b"OK")
+        page.wait_for_function("document.querySelectorAll('#circle path[data-cell]').length === 4",
+                               timeout=WAIT_MS)
+        page.wait_for_function(
+            "document.querySelector('#events').textContent.includes('division finished')",
+            timeout=WAIT_MS)
+        assert page.locator("#cells tr").count() == 4
+        page.screenshot(path=os.path.join(shots_dir(), "dashboard-division.png"))
+        phone = browser.new_page(viewport={"width": 390, "height": 844})
+        phone.goto(url)
+        phone.wait_for_function("document.querySelectorAll('#circle path[data-cell]').length === 4",
+                                timeout=WAIT_MS)
+        phone.screenshot(path=os.path.join(shots_dir(), "dashboard-phone.png"), full_page=True)
+        browser.close()
+    c.close()
