@@ -190,6 +190,48 @@ class OneServer:
         self.proc.wait(timeout=10)
 
 
+class CellRing:
+    """Cells of one ring on 127.0.0.1, started one by one (`add`), each waited for until
+    every cell reports the ring formed; `first_extra` goes to the first cell only."""
+
+    def __init__(self, first_extra=()):
+        self.first_peer = free_port()
+        self.first_extra = list(first_extra)
+        self.cells = []
+
+    def add(self, extra=()):
+        i = len(self.cells)
+        args = ["-m", "64", "--peer-port", str(self.first_peer if i == 0 else free_port())]
+        args += self.first_extra if i == 0 else ["--join", f"127.0.0.1:{self.first_peer}"]
+        self.cells.append(OneServer(args + list(extra)))
+        self.wait_formed()
+        return self.cells[-1]
+
+    def wait_formed(self):
+        deadline = time.monotonic() + FORM_TIMEOUT_S
+        ports = [c.admin_port for c in self.cells]
+        while not ring_formed("127.0.0.1", ports, len(ports)):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"ring of {len(ports)} did not form")
+            time.sleep(0.1)
+
+    def stop(self):
+        for c in self.cells:
+            c.stop()
+
+
+def cell_ring(n, first_extra=()):
+    """A CellRing of n cells (stop it when done)."""
+    ring = CellRing(first_extra)
+    try:
+        for _ in range(n):
+            ring.add()
+    except BaseException:
+        ring.stop()
+        raise
+    return ring
+
+
 class RunningServer:
     """One server, or under CELLCACHE_TEST_RING one cell of a ring (the others run too).
 

@@ -6,12 +6,11 @@ committed). cellcache only.
 """
 import os
 import shutil
-import time
 import urllib.request
 
 import pytest
 
-from conftest import FORM_TIMEOUT_S, ROOT, OneServer, free_port, ring_formed
+from conftest import ROOT, OneServer, cell_ring, free_port
 
 MEMCACHED = os.environ.get("CELLCACHE_TEST_SERVER") == "memcached"
 pytestmark = pytest.mark.skipif(MEMCACHED, reason="memcached has no dashboard")
@@ -21,22 +20,9 @@ WAIT_MS = 60_000
 
 @pytest.fixture
 def ring():
-    cells = []
-    try:
-        first_peer = free_port()
-        for i in range(3):
-            args = ["-m", "64", "--peer-port", str(first_peer if i == 0 else free_port())]
-            if i:
-                args += ["--join", f"127.0.0.1:{first_peer}"]
-            cells.append(OneServer(args))
-            deadline = time.monotonic() + FORM_TIMEOUT_S
-            while not ring_formed("127.0.0.1", [c.admin_port for c in cells], i + 1):
-                assert time.monotonic() < deadline, f"ring of {i + 1} did not form"
-                time.sleep(0.1)
-        yield cells, first_peer
-    finally:
-        for c in cells:
-            c.stop()
+    r = cell_ring(3)
+    yield r.cells, r.first_peer
+    r.stop()
 
 
 def shots_dir():

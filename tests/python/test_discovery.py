@@ -5,12 +5,11 @@ cells join. memcached has no such command (it answers ERROR): cellcache only.
 """
 import os
 import socket
-import time
 
 import pytest
 from elasticache_auto_discovery import discover
 
-from conftest import FORM_TIMEOUT_S, OneServer, free_port, ring_formed
+from conftest import CellRing
 
 MEMCACHED = os.environ.get("CELLCACHE_TEST_SERVER") == "memcached"
 pytestmark = pytest.mark.skipif(MEMCACHED, reason="memcached has no `config get cluster`")
@@ -53,19 +52,12 @@ def test_a_single_server_lists_itself(server_factory):
 
 
 def test_the_list_follows_the_ring_as_cells_join():
-    cells = []
+    ring = CellRing()
     try:
-        first_peer = free_port()
         versions = []
-        for i in range(3):
-            args = ["-m", "64", "--peer-port", str(first_peer if i == 0 else free_port())]
-            if i:
-                args += ["--join", f"127.0.0.1:{first_peer}"]
-            cells.append(OneServer(args))
-            deadline = time.monotonic() + FORM_TIMEOUT_S
-            while not ring_formed("127.0.0.1", [c.admin_port for c in cells], i + 1):
-                assert time.monotonic() < deadline, f"ring of {i + 1} did not form"
-                time.sleep(0.1)
+        for _ in range(3):
+            ring.add()
+            cells = ring.cells
             # Any cell answers for the whole ring.
             for c in cells:
                 version, nodes = version_and_cells(c.port)
@@ -75,5 +67,4 @@ def test_the_list_follows_the_ring_as_cells_join():
             assert sorted(int(p) for _, _, p in found) == sorted(c.port for c in cells)
         assert versions == sorted(set(versions)), f"the version grows with the map: {versions}"
     finally:
-        for c in cells:
-            c.stop()
+        ring.stop()

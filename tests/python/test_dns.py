@@ -11,7 +11,7 @@ import dns.resolver
 import pytest
 from pymemcache.client.base import Client
 
-from conftest import FORM_TIMEOUT_S, OneServer, free_port, ring_formed
+from conftest import CellRing, free_port
 
 MEMCACHED = os.environ.get("CELLCACHE_TEST_SERVER") == "memcached"
 pytestmark = pytest.mark.skipif(MEMCACHED, reason="memcached has no DNS entry point")
@@ -20,37 +20,11 @@ NAME = "cache.cellcache.test"
 WAIT_S = 30
 
 
-class Ring:
-    def __init__(self, dns_port):
-        self.dns_port = dns_port
-        self.first_peer = free_port()
-        self.cells = []
-
-    def add(self):
-        i = len(self.cells)
-        args = ["-m", "64", "--peer-port", str(self.first_peer if i == 0 else free_port())]
-        if i == 0:
-            args += ["--dns-port", str(self.dns_port), "--cluster-name", NAME]
-        else:
-            args += ["--join", f"127.0.0.1:{self.first_peer}"]
-        self.cells.append(OneServer(args))
-        self.wait_formed()
-
-    def wait_formed(self):
-        deadline = time.monotonic() + FORM_TIMEOUT_S
-        ports = [c.admin_port for c in self.cells]
-        while not ring_formed("127.0.0.1", ports, len(ports)):
-            assert time.monotonic() < deadline, f"ring of {len(ports)} did not form"
-            time.sleep(0.1)
-
-    def stop(self):
-        for c in self.cells:
-            c.stop()
-
-
 @pytest.fixture
 def ring():
-    r = Ring(free_port())
+    dns_port = free_port()
+    r = CellRing(["--dns-port", str(dns_port), "--cluster-name", NAME])
+    r.dns_port = dns_port
     try:
         yield r
     finally:

@@ -15,7 +15,7 @@ import urllib.request
 import pytest
 from pymemcache.client.base import Client
 
-from conftest import FORM_TIMEOUT_S, OneServer, free_port, ring_formed
+from conftest import cell_ring, free_port
 
 MEMCACHED = os.environ.get("CELLCACHE_TEST_SERVER") == "memcached"
 KEYS = 300
@@ -26,22 +26,9 @@ WAIT_S = 90
 def ring():
     if MEMCACHED:
         pytest.skip("memcached has no /metrics (memcached_exporter provides one)")
-    cells = []
-    try:
-        first_peer = free_port()
-        for i in range(3):
-            args = ["-m", "64", "--peer-port", str(first_peer if i == 0 else free_port())]
-            if i:
-                args += ["--join", f"127.0.0.1:{first_peer}"]
-            cells.append(OneServer(args))
-            deadline = time.monotonic() + FORM_TIMEOUT_S
-            while not ring_formed("127.0.0.1", [c.admin_port for c in cells], i + 1):
-                assert time.monotonic() < deadline, f"ring of {i + 1} did not form"
-                time.sleep(0.1)
-        yield cells
-    finally:
-        for c in cells:
-            c.stop()
+    r = cell_ring(3)
+    yield r.cells
+    r.stop()
 
 
 @pytest.fixture
