@@ -114,3 +114,40 @@ fn a_restarted_first_cell_without_its_membership_file_stops_when_its_ring_calls(
     ring.wait_formed_among(2, &[1, 2]);
     every_key_readable(&ring, &[1, 2]);
 }
+
+/// Every cell given the same `--join` — the first cell's own peer address, as a StatefulSet
+/// gives each pod the first pod's name: the first starts the ring, the others join it, one
+/// ring.
+#[test]
+fn cells_all_told_to_join_the_first_make_one_ring() {
+    if common::is_memcached() {
+        return;
+    }
+    let first_peer = common::free_peer_port().to_string();
+    let join = format!("127.0.0.1:{first_peer}");
+    let mut cells = vec![Server::start(&[
+        "-m",
+        "32",
+        "--peer-port",
+        &first_peer,
+        "--join",
+        &join,
+    ])];
+    for _ in 1..3 {
+        let peer = common::free_peer_port().to_string();
+        cells.push(Server::start(&[
+            "-m",
+            "32",
+            "--peer-port",
+            &peer,
+            "--join",
+            &join,
+        ]));
+    }
+    let ring = Ring { cells };
+    ring.wait_formed(3);
+    let first_ring = ring_id(&ring, 0);
+    for i in 1..3 {
+        assert_eq!(ring_id(&ring, i), first_ring, "one ring");
+    }
+}

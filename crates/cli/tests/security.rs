@@ -278,6 +278,19 @@ fn the_admin_plane_needs_its_token() {
     let reply = call(Some(token));
     assert_eq!(reply.status, 200, "{reply:?}");
     assert!(reply.body.starts_with("EPOCH "), "{reply:?}");
+    // The data endpoints need it; the health probe (`OK`, for orchestrators' probes, which
+    // cannot send a token) and the dashboard page (no data of its own) do not.
+    for (path, open) in [
+        ("/health", true),
+        ("/", true),
+        ("/cells", false),
+        ("/metrics", false),
+    ] {
+        let reply =
+            cellcache_node::admin::client::call(&admin, "GET", path, None, Duration::from_secs(10))
+                .expect("the admin plane answers");
+        assert_eq!(reply.status == 200, open, "{path}: {reply:?}");
+    }
     let ctl = |with_token: bool| {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_cellcache"));
         cmd.args(["ctl", "status", "-s", &admin])

@@ -225,3 +225,40 @@ pub fn invite(cell: &Arc<Cell>, slot: &Slot, via: &str, parent: &str) -> Vec<u8>
         }
     }
 }
+
+/// Whether `join` (`host:port`, a name resolved here, at start) is this cell's own advertised
+/// peer address `peer`: then there is no one to join, and the cell starts the ring. This lets
+/// every cell of a StatefulSet be given the first pod's address to join (deploy/kubernetes).
+pub fn names_this_cell(join: &str, peer: &str) -> bool {
+    use std::net::ToSocketAddrs as _;
+    if join.is_empty() {
+        return false;
+    }
+    let Ok(mine) = peer.to_socket_addrs() else {
+        return false;
+    };
+    let mine: Vec<SocketAddr> = mine.collect();
+    join.to_socket_addrs()
+        .is_ok_and(|mut theirs| theirs.any(|a| mine.contains(&a)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::names_this_cell;
+
+    #[test]
+    fn a_join_address_that_is_this_cells_own_starts_the_ring() {
+        assert!(names_this_cell("127.0.0.1:21211", "127.0.0.1:21211"));
+        assert!(
+            names_this_cell("localhost:21211", "127.0.0.1:21211"),
+            "a name resolved"
+        );
+        assert!(!names_this_cell("127.0.0.1:21212", "127.0.0.1:21211"));
+        assert!(!names_this_cell("127.0.0.2:21211", "127.0.0.1:21211"));
+        assert!(!names_this_cell("", "127.0.0.1:21211"));
+        assert!(!names_this_cell(
+            "no-such-host.invalid:21211",
+            "127.0.0.1:21211"
+        ));
+    }
+}

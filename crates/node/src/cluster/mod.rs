@@ -249,6 +249,13 @@ impl Cluster {
                 );
             }
         }
+        // Every cell of a StatefulSet is told to join the first; the first starts the ring.
+        let join = if join::names_this_cell(join, &address.peer) {
+            tracing::info!(%join, "the cell to join is this cell itself: it starts the ring");
+            ""
+        } else {
+            join
+        };
         // A first cell restarted with its original command line rejoins its ring, if that is
         // still alive, instead of starting a second one (see `restart`).
         let rejoin = if join.is_empty() {
