@@ -137,13 +137,13 @@ pub fn answer(qname: &str, qtype: RecordType, origin: &str, cells: &[DnsCell], t
 fn live_cells(cell: &Cell, ring: &Slot) -> Vec<DnsCell> {
     match ring.cluster.get() {
         Some(cl) => {
-            let (_, cells) = cl.discovery_cells_with_ids();
+            let (_, cells) = cl.live_cells();
             cells
                 .into_iter()
-                .map(|(id, ip, port)| DnsCell {
-                    label: id.replace('.', "-"),
-                    ip,
-                    port,
+                .map(|c| DnsCell {
+                    label: c.id.replace('.', "-"),
+                    ip: c.ip,
+                    port: c.port,
                 })
                 .collect()
         }

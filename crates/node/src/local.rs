@@ -94,8 +94,13 @@ pub fn execute(
         // A cell outside a ring: itself, at version 1 (a ring's cells answer in `cluster`).
         Request::ConfigGetCluster => {
             let here = cell.config.server.addrs()[0];
-            let ip = here.ip().to_string();
-            discovery_reply(1, &[(ip.clone(), ip, here.port())], out);
+            let me = crate::cluster::view::LiveCell {
+                id: "1".into(),
+                host: here.ip().to_string(),
+                ip: Some(here.ip()),
+                port: here.port(),
+            };
+            discovery_reply(1, &[me], out);
         }
         Request::RefreshCerts { noreply } => {
             // memcached's replies: OK, or an error line (also without -Z).
@@ -187,10 +192,14 @@ fn admin_reply(cell: &Cell, admin: &cellcache_proto::Admin) -> &'static [u8] {
 /// bytes — the configuration's version and a line of `host|ip|port` per cell, each line
 /// ending in `\n` — then `\r\n` and `END`. Auto-discovering clients poll it and follow the
 /// version.
-pub fn discovery_reply(version: u64, cells: &[(String, String, u16)], out: &mut Vec<u8>) {
+/// A cell advertised by a host name has an empty ip.
+pub fn discovery_reply(version: u64, cells: &[crate::cluster::view::LiveCell], out: &mut Vec<u8>) {
     let nodes: Vec<String> = cells
         .iter()
-        .map(|(host, ip, port)| format!("{host}|{ip}|{port}"))
+        .map(|c| {
+            let ip = c.ip.map_or(String::new(), |ip| ip.to_string());
+            format!("{}|{ip}|{}", c.host, c.port)
+        })
         .collect();
     let body = format!("{version}\n{}\n", nodes.join(" "));
     out.extend_from_slice(format!("CONFIG cluster 0 {}\r\n", body.len()).as_bytes());

@@ -382,7 +382,6 @@ fn a_refresh_reaches_new_sessions_only() {
     certs.refresh().unwrap();
     let second = served_cert(&service);
     assert_ne!(second, first);
-    assert!(certs.since_refresh() < std::time::Duration::from_secs(3600));
 }
 
 /// A connection accepted on a `notls` listener is served as it is.

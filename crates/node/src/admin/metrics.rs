@@ -267,12 +267,9 @@ pub fn render(cell: &Cell, ring: &Slot) -> Result<String, std::fmt::Error> {
             &mut raw,
         ),
     }
-    let stats = String::from_utf8_lossy(&raw)
-        .lines()
-        .filter_map(|l| {
-            let mut parts = l.strip_prefix("STAT ")?.splitn(2, ' ');
-            Some((parts.next()?.to_string(), parts.next()?.to_string()))
-        })
+    let stats = crate::cluster::stats::parse(&raw)
+        .unwrap_or_default()
+        .into_iter()
         .collect();
     let mut registry = Registry::default();
     registry.register_collector(Box::new(Figures { stats, range_share }));

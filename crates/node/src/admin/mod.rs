@@ -203,9 +203,13 @@ pub fn start(
 }
 
 fn router(plane: Arc<Plane>) -> Router {
-    Router::new()
+    // Outside the token: the health probe (orchestrators' probes cannot send a token; it
+    // says only `OK`) and the dashboard page (no data of its own: it sends the token the
+    // user gives it, `/?token=`, with each of its requests).
+    let public = Router::new()
         .route("/", get(dashboard))
-        .route("/health", get(|| async { "OK\r\n" }))
+        .route("/health", get(|| async { "OK\r\n" }));
+    Router::new()
         .route("/metrics", get(metrics))
         .route("/cluster/status", get(status))
         .route("/cells", get(cells))
@@ -215,6 +219,7 @@ fn router(plane: Arc<Plane>) -> Router {
         .route("/cluster/leave/{cell}", post(leave))
         .route("/cluster/invite", post(invite))
         .layer(middleware::from_fn_with_state(plane.clone(), authorize))
+        .merge(public)
         .with_state(plane)
 }
 
@@ -225,10 +230,7 @@ async fn authorize(
     request: Request,
     next: Next,
 ) -> Response {
-    // The dashboard page itself holds no data: it asks for the token (`/?token=`) and sends
-    // it with every request for data. `/health` says only `OK` (probes cannot send a token).
-    let page = matches!(request.uri().path(), "/" | "/health");
-    if let Some(token) = plane.token.as_ref().filter(|_| !page) {
+    if let Some(token) = &plane.token {
         let given = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))

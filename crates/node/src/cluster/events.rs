@@ -128,6 +128,13 @@ impl Recent {
     }
 }
 
+impl super::Cluster {
+    /// The ring's recent events, oldest first (`GET /events`).
+    pub fn recent_events(&self) -> Vec<Event> {
+        self.events.lock().list()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

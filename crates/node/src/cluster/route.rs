@@ -201,7 +201,7 @@ fn execute_local(
         }
         // ElastiCache's auto discovery: the ring's Active cells, versioned by the map's epoch.
         Request::ConfigGetCluster => {
-            let (epoch, cells) = cl.discovery_cells();
+            let (epoch, cells) = cl.live_cells();
             crate::local::discovery_reply(epoch, &cells, out);
             Flow::Continue
         }

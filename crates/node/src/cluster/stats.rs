@@ -56,14 +56,6 @@ const ENTRY_FIELDS: &[&str] = &[
     "time_since_server_cert_refresh",
 ];
 
-/// An Active cell's client address, for discovery.
-struct LiveCell {
-    id: String,
-    host: String,
-    ip: Option<std::net::IpAddr>,
-    port: u16,
-}
-
 /// The range this cell masters, while it is an Active cell of its map.
 fn master_range(cl: &Cluster) -> Option<cellcache_cluster::HashRange> {
     let ring = cl.lock_ring();
@@ -74,60 +66,6 @@ fn master_range(cl: &Cluster) -> Option<cellcache_cluster::HashRange> {
 }
 
 impl Cluster {
-    /// The ring's recent events, oldest first (`GET /events`).
-    pub fn recent_events(&self) -> Vec<super::events::Event> {
-        self.events.lock().list()
-    }
-
-    /// The map's epoch and its Active cells' client addresses as `(host, ip, port)`: what
-    /// `config get cluster` lists. A cell advertised by a host name gets an empty IP (it is
-    /// not resolved here: this runs on an engine thread, which never blocks).
-    pub fn discovery_cells(&self) -> (u64, Vec<(String, String, u16)>) {
-        let (epoch, cells) = self.live_cells();
-        let cells = cells
-            .into_iter()
-            .map(|c| {
-                (
-                    c.host,
-                    c.ip.map_or(String::new(), |ip| ip.to_string()),
-                    c.port,
-                )
-            })
-            .collect();
-        (epoch, cells)
-    }
-
-    /// [`Self::discovery_cells`] with each cell's id, for the DNS entry point.
-    pub fn discovery_cells_with_ids(&self) -> (u64, Vec<(String, Option<std::net::IpAddr>, u16)>) {
-        let (epoch, cells) = self.live_cells();
-        (
-            epoch,
-            cells.into_iter().map(|c| (c.id, c.ip, c.port)).collect(),
-        )
-    }
-
-    /// The map's epoch and its Active cells' client addresses (an IP only when they are
-    /// advertised by one: a host name is not resolved on an engine thread).
-    fn live_cells(&self) -> (u64, Vec<LiveCell>) {
-        let map = self.lock_ring().map().clone();
-        let cells = map
-            .cells()
-            .iter()
-            .filter(|c| c.state == CellState::Active)
-            .filter_map(|c| {
-                let (host, port) = c.address.client.rsplit_once(':')?;
-                let host = host.trim_start_matches('[').trim_end_matches(']');
-                Some(LiveCell {
-                    id: c.id.to_string(),
-                    host: host.to_string(),
-                    ip: host.parse().ok(),
-                    port: port.parse().ok()?,
-                })
-            })
-            .collect();
-        (map.epoch(), cells)
-    }
-
     /// The share of the key-hash space this cell masters (0 unless Active).
     pub fn master_range_share(&self) -> f64 {
         master_range(self).map_or(0.0, |r| r.len() as f64 / 2f64.powi(64))
@@ -147,7 +85,7 @@ pub fn master_share(cl: &Cluster, out: &mut Vec<u8>) {
 }
 
 /// Parses `STAT name value` lines (up to `END`).
-fn parse(reply: &[u8]) -> Option<Vec<(String, String)>> {
+pub(crate) fn parse(reply: &[u8]) -> Option<Vec<(String, String)>> {
     let text = std::str::from_utf8(reply).ok()?;
     let mut out = Vec::new();
     for line in text.split("\r\n") {

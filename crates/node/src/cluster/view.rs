@@ -260,3 +260,37 @@ impl RingView {
         out
     }
 }
+
+/// An Active cell's client address, as auto discovery and DNS give it out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveCell {
+    pub id: String,
+    pub host: String,
+    /// Only when the cell is advertised by an IP: a host name is not resolved here (this
+    /// runs on engine threads, which never block).
+    pub ip: Option<std::net::IpAddr>,
+    pub port: u16,
+}
+
+impl Cluster {
+    /// The map's epoch and its Active cells' client addresses (`config get cluster`, DNS).
+    pub fn live_cells(&self) -> (u64, Vec<LiveCell>) {
+        let map = self.lock_ring().map().clone();
+        let cells = map
+            .cells()
+            .iter()
+            .filter(|c| c.state == CellState::Active)
+            .filter_map(|c| {
+                let (host, port) = c.address.client.rsplit_once(':')?;
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                Some(LiveCell {
+                    id: c.id.to_string(),
+                    host: host.to_string(),
+                    ip: host.parse().ok(),
+                    port: port.parse().ok()?,
+                })
+            })
+            .collect();
+        (map.epoch(), cells)
+    }
+}
