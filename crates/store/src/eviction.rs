@@ -24,6 +24,10 @@ pub trait EvictionPolicy: Send {
     fn on_release(&mut self, slab: SlabId);
     /// The slab to clear next, never `exclude`; `None` when no slab is in use.
     fn victim(&mut self, view: &dyn SlabView, exclude: Option<SlabId>) -> Option<SlabId>;
+    /// The slabs in use, in the order this policy would clear them (the next victim first):
+    /// a range streamed in this order and written in it elsewhere leaves the receiver with
+    /// the same recency (the warm hand-off of a division).
+    fn clearing_order(&self) -> Vec<SlabId>;
     /// Whether clearing a victim keeps the items read since they were written (their fetched
     /// bit is cleared, they are compacted to the slab's start and the slab is re-opened through
     /// `on_open`);
@@ -127,6 +131,9 @@ impl EvictionPolicy for SlabLru {
     fn victim(&mut self, _view: &dyn SlabView, exclude: Option<SlabId>) -> Option<SlabId> {
         self.list.iter_from_tail().find(|&s| Some(s) != exclude)
     }
+    fn clearing_order(&self) -> Vec<SlabId> {
+        self.list.iter_from_tail().collect()
+    }
 }
 
 /// Slab LRU that compares the `candidates` least recent slabs and clears the one with the fewest
@@ -169,6 +176,9 @@ impl EvictionPolicy for LeastLiveOfLru {
             .take(self.candidates)
             .min_by_key(|&s| view.live_bytes(s))
     }
+    fn clearing_order(&self) -> Vec<SlabId> {
+        self.list.iter_from_tail().collect()
+    }
 }
 
 /// FIFO of slabs with a second chance for items (in the spirit of Segcache's merge eviction):
@@ -206,6 +216,9 @@ impl EvictionPolicy for SecondChanceFifo {
     }
     fn retain_fetched(&self) -> bool {
         true
+    }
+    fn clearing_order(&self) -> Vec<SlabId> {
+        self.list.iter_from_tail().collect()
     }
 }
 

@@ -29,21 +29,29 @@ use crate::expiry::Expiry;
 use crate::feed::{ChangeKind, ChangeSink};
 use crate::ops::*;
 use crate::shard::{Ctx, Shard};
+use crate::slab::SlabId;
 use crate::stats::Stats;
 use cellcache_keyspace::HashRange;
 
 const MIX_SHARD: u64 = 0xFF51_AFD7_ED55_8CCD;
 
-/// Position of a [`Store::scan_range`] walk: shard and slab to visit next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Position of a [`Store::scan_range`] walk: the shard, and the place in its slab order
+/// (taken when the walk enters the shard) to visit next.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ScanCursor {
     shard: usize,
-    slab: u32,
+    /// The shard's slabs, coldest first (`Shard::scan_order`); `None` until entered.
+    order: Option<Arc<[SlabId]>>,
+    at: usize,
 }
 
 impl ScanCursor {
     /// Where every walk starts.
-    pub const START: ScanCursor = ScanCursor { shard: 0, slab: 0 };
+    pub const START: ScanCursor = ScanCursor {
+        shard: 0,
+        order: None,
+        at: 0,
+    };
 }
 
 /// An in-memory store of one cell. `Send + Sync`; share it with `Arc`.
@@ -245,6 +253,11 @@ impl Store {
     /// both in the order the store produced them (both happen under the shard lock — route the
     /// callback and the sink into one queue). Items evicted meanwhile may be missing: it is a
     /// cache.
+    ///
+    /// Order: shard by shard, each shard's slabs in the order its eviction policy would clear
+    /// them (taken when the walk enters the shard; slabs not in use last). A receiver that
+    /// writes the items as they come (a division's child: the same shard count puts each item
+    /// in the same shard) ends with the sender's recency: the warm hand-off.
     pub fn scan_range(
         &self,
         range: HashRange,
@@ -255,16 +268,23 @@ impl Store {
         self.maybe_flush(now);
         let shard = self.shards.get(cursor.shard)?;
         let mut guard = shard.lock();
-        guard.scan_slab(cursor.slab, range, now, &mut f);
-        let next = if (cursor.slab as usize + 1) < guard.slab_count() {
+        let order = cursor
+            .order
+            .unwrap_or_else(|| Arc::from(guard.scan_order()));
+        if let Some(&slab) = order.get(cursor.at) {
+            guard.scan_slab(slab, range, now, &mut f);
+        }
+        let next = if cursor.at + 1 < order.len() {
             ScanCursor {
                 shard: cursor.shard,
-                slab: cursor.slab + 1,
+                order: Some(order),
+                at: cursor.at + 1,
             }
         } else {
             ScanCursor {
                 shard: cursor.shard + 1,
-                slab: 0,
+                order: None,
+                at: 0,
             }
         };
         (next.shard < self.shards.len()).then_some(next)

@@ -45,9 +45,27 @@ impl Shard {
         }
     }
 
-    /// Number of slabs (scan positions).
+    /// Number of slabs.
     pub fn slab_count(&self) -> usize {
         self.slabs.len()
+    }
+
+    /// Every slab once, for a scan: those in use in the order the eviction policy would
+    /// clear them (coldest first), then the rest.
+    pub fn scan_order(&self) -> Vec<SlabId> {
+        let mut order = self.policy.clearing_order();
+        let mut listed = vec![false; self.slabs.len()];
+        for &s in &order {
+            if let Some(seen) = listed.get_mut(s as usize) {
+                *seen = true;
+            }
+        }
+        order.extend(
+            (0..self.slabs.len())
+                .filter(|&s| !listed[s])
+                .map(|s| s as SlabId),
+        );
+        order
     }
 
     /// Calls `f` for every live, unexpired item of slab `s` whose key hash is in `range`.

@@ -255,15 +255,47 @@ fn touch_relocation_into_a_scanned_slab_reaches_the_feed() {
             .unwrap()
             .push((0, OwnedChange::Put(OwnedItem::from_view(&v))))
     };
-    // Scan slabs 0 and 1 (empty), then fill slab 0 so the rewrite lands in slab 1.
-    let mut cursor = s.scan_range(HashRange::FULL, NOW, ScanCursor::START, push);
-    cursor = s.scan_range(HashRange::FULL, NOW, cursor.unwrap(), push);
-    set(&s, b"filler", &vec![2u8; 15_400]);
-    let moved = format!("a{}", n - 1);
-    assert!(s.touch(moved.as_bytes(), Expiry::at(NOW + 100), NOW));
+    // A scan visits slabs coldest first. Reading an item of slab 2 makes that slab the
+    // hottest: the scan passes every other slab in use first, the current one (room to
+    // spare) among them.
+    let moved = "a40".to_string();
+    assert!(s.get(moved.as_bytes(), NOW, |_| ()).is_some());
+    let mut slabs = 0;
+    let mut cursor = Some(ScanCursor::START);
     while let Some(c) = cursor {
-        cursor = s.scan_range(HashRange::FULL, NOW, c, push);
+        cursor = s.scan_range(HashRange::FULL, NOW, c, |_| ());
+        slabs += 1;
     }
+    let in_use = slabs - s.stats().slabs_free;
+    rec.0.lock().unwrap().clear();
+    let mut cursor = Some(ScanCursor::START);
+    for _ in 0..in_use - 1 {
+        cursor = s.scan_range(HashRange::FULL, NOW, cursor.unwrap(), push);
+    }
+    assert!(
+        !rec.0
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(_, c)| matches!(c, OwnedChange::Put(i) if i.key == moved.as_bytes())),
+        "the moved item's slab is scanned last"
+    );
+    // The touch rewrites the item into the current slab, which the scan has passed.
+    assert!(s.touch(moved.as_bytes(), Expiry::at(NOW + 100), NOW));
+    let mut rest = Vec::new();
+    while let Some(c) = cursor {
+        cursor = s.scan_range(HashRange::FULL, NOW, c, |v| {
+            rest.push(OwnedItem::from_view(&v))
+        });
+    }
+    assert!(
+        !rest.iter().any(|i| i.key == moved.as_bytes()),
+        "the rewrite must land in a slab the scan had passed"
+    );
+    rec.0
+        .lock()
+        .unwrap()
+        .extend(rest.into_iter().map(|i| (0, OwnedChange::Put(i))));
     assert_eq!(s.stats().evicted_items, 0);
     let replica = Store::new(small_config()).unwrap();
     for (_, c) in rec.0.lock().unwrap().iter() {
@@ -278,6 +310,46 @@ fn touch_relocation_into_a_scanned_slab_reaches_the_feed() {
         Some((1000, Expiry::at(NOW + 100)))
     );
     assert_eq!(replica.stats().curr_items, s.stats().curr_items);
+}
+
+/// The warm hand-off: a range scanned and written elsewhere in scan order keeps its recency
+/// there, so when the receiver fills up it evicts what the sender would have (the items read
+/// lately stay), not whatever sat in the lowest-numbered slabs.
+#[test]
+fn a_range_written_in_scan_order_keeps_its_recency_at_the_receiver() {
+    let s = store();
+    let v = [7u8; 1000];
+    for i in 0..150 {
+        set(&s, format!("k{i}").as_bytes(), &v);
+    }
+    // The first items written sit in the lowest slabs; reading them makes those the hottest.
+    let hot: Vec<String> = (0..30).map(|i| format!("k{i}")).collect();
+    for k in &hot {
+        assert!(s.get(k.as_bytes(), NOW, |_| ()).is_some());
+    }
+    let receiver = store();
+    let mut cursor = Some(ScanCursor::START);
+    while let Some(c) = cursor {
+        cursor = s.scan_range(HashRange::FULL, NOW, c, |v| {
+            receiver
+                .insert_item(&OwnedItem::from_view(&v), NOW)
+                .unwrap()
+        });
+    }
+    assert_eq!(receiver.stats().curr_items, 150);
+    for i in 0..120 {
+        set(&receiver, format!("new{i}").as_bytes(), &v);
+    }
+    let evicted = receiver.stats().evicted_items;
+    assert!(evicted > 0, "the receiver must have evicted");
+    let lost: Vec<&String> = hot
+        .iter()
+        .filter(|k| receiver.get(k.as_bytes(), NOW, |_| ()).is_none())
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "hot items evicted first: {lost:?} ({evicted} evictions)"
+    );
 }
 
 /// Regression: with several shards a flush used to be applied (and reported) shard by shard, so
