@@ -57,10 +57,29 @@ enum CtlCommand {
         /// The cell id (as `ctl status` prints it).
         cell: String,
     },
+    /// The ring dividing and absorbing cells by itself (docs/elasticity.md).
+    Autoscale {
+        #[command(subcommand)]
+        command: AutoscaleCommand,
+    },
     /// The ring's secret.
     Secret {
         #[command(subcommand)]
         command: SecretCommand,
+    },
+}
+
+#[derive(clap::Subcommand)]
+enum AutoscaleCommand {
+    /// Turn autoscaling on, on every cell of the ring.
+    On,
+    /// Turn autoscaling off, on every cell of the ring (nothing in progress is undone).
+    Off,
+    /// The switch, the policy and the recent decisions, from the deciding cell.
+    Status {
+        /// As JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -118,7 +137,22 @@ pub fn run(args: CtlArgs) -> anyhow::Result<()> {
     let token = read_token(args.admin_token_file.as_deref())?;
     let token = token.as_deref();
     let reply = match &args.command {
-        CtlCommand::Status => admin(server, "GET", "/cluster/status", token)?,
+        CtlCommand::Status => {
+            let ring = admin(server, "GET", "/cluster/status", token)?;
+            // The decider's state and recent decisions, when the cell has autoscaling.
+            let scale = admin(server, "GET", "/cluster/autoscale", token).unwrap_or_default();
+            ring + scale.strip_prefix("SERVER_ERROR").map_or(&scale, |_| "")
+        }
+        CtlCommand::Autoscale { command } => match command {
+            AutoscaleCommand::On => admin(server, "POST", "/cluster/autoscale/on", token)?,
+            AutoscaleCommand::Off => admin(server, "POST", "/cluster/autoscale/off", token)?,
+            AutoscaleCommand::Status { json: true } => {
+                admin(server, "GET", "/autoscale", token)? + "\n"
+            }
+            AutoscaleCommand::Status { json: false } => {
+                admin(server, "GET", "/cluster/autoscale", token)?
+            }
+        },
         CtlCommand::Ranges => admin(server, "GET", "/cluster/ranges", token)?,
         CtlCommand::Leave { cell } => {
             admin(server, "POST", &format!("/cluster/leave/{cell}"), token)?

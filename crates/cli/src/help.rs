@@ -44,6 +44,16 @@ const KEYS: &[(&str, &str)] = &[
     ("state_dir", "cluster.state_dir"),
     ("standalone", "cluster.enabled"),
     ("verbose", "log.level"),
+    ("autoscale", "autoscale.enabled"),
+    ("provisioner", "autoscale.provisioner"),
+    ("high_water", "autoscale.high_water"),
+    ("low_water", "autoscale.low_water"),
+    ("scale_window", "autoscale.window_ms"),
+    ("cooldown", "autoscale.cooldown_ms"),
+    ("min_cells", "autoscale.min_cells"),
+    ("max_cells", "autoscale.max_cells"),
+    ("divide", "cluster.divide"),
+    ("provisioned", "cluster.provisioned"),
 ];
 
 /// What the default of flag `id` reads as, in the flag's own units.
@@ -77,6 +87,11 @@ fn default_of(id: &str, key: &str, defaults: &toml::Table) -> String {
             return "$XDG_STATE_HOME/cellcache or ~/.local/state/cellcache".into();
         }
         "join" if config.cluster.join.is_empty() => return "none: bootstrap a ring of one".into(),
+        "scale_window" => return format!("{}s", config.autoscale.window_ms / 1000),
+        "cooldown" => return format!("{}s", config.autoscale.cooldown_ms / 1000),
+        "divide" if config.cluster.divide.is_empty() => {
+            return "none: the cell with the largest range".into();
+        }
         "auth_file" if config.server.auth_file.is_empty() => {
             return "none: clients need no login".into();
         }

@@ -6,6 +6,7 @@
 
 mod ctl;
 mod help;
+mod scale_flags;
 mod serve;
 
 use clap::{CommandFactory, FromArgMatches, Subcommand};

@@ -144,6 +144,8 @@ pub struct ServeArgs {
     /// More verbose logs (-v debug, -vv trace), like memcached's -v.
     #[arg(short = 'v', action = clap::ArgAction::Count)]
     pub verbose: u8,
+    #[command(flatten)]
+    pub scale: crate::scale_flags::ScaleFlags,
 }
 
 /// memcached's size syntax: bytes, or with a k/m/g suffix (powers of 1024).
@@ -304,6 +306,7 @@ impl ServeArgs {
         if self.standalone {
             c.cluster.enabled = false;
         }
+        self.scale.apply(&mut c);
         match self.verbose {
             0 => {}
             1 => c.log.level = "debug".into(),

@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 pub mod auth;
+pub mod autoscale;
 pub mod change;
 pub mod consensus;
 pub mod id;

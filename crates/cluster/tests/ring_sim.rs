@@ -24,24 +24,8 @@ use cellcache_cluster::change::{self, Proposal};
 use cellcache_cluster::ring::{Output, Ring, RingConfig, RingMessage};
 use cellcache_cluster::{CellAddress, CellId, CellState, ClusterMap, HashRange, Migration};
 
-/// SplitMix64: tiny, seedable, good enough to drive fault injection.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn chance(&mut self, per_mille: u64) -> bool {
-        self.below(1000) < per_mille
-    }
-}
+mod sim;
+use sim::Rng;
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 enum Endpoint {

@@ -25,6 +25,7 @@ pub mod local;
 pub mod memory;
 pub mod meta;
 pub mod outcome;
+pub mod provision;
 pub mod stats;
 pub mod throttle;
 
@@ -167,7 +168,9 @@ impl Node {
             let ring = Arc::new(cluster::Slot::default());
             if cell.config.cluster.enabled {
                 let join = cell.config.cluster.join.clone();
-                cluster::Cluster::start(cell.clone(), repl, &join, None, &ring)
+                // Checked by `validate`: empty or an id.
+                let parent = cell.config.cluster.divide.parse().ok();
+                cluster::Cluster::start(cell.clone(), repl, &join, parent.as_ref(), &ring)
                     .map_err(StartError::Ring)?;
             }
             ring
@@ -231,6 +234,13 @@ impl Node {
             admin.stop();
         }
         if let Some(cluster) = self.ring.cluster.get() {
+            // A ring shut down takes the cells this one started along; a cell absorbed
+            // leaves them serving their ranges (the next decider absorbs them in turn).
+            if let Some(scale) = cluster.autoscale.get()
+                && !cluster.left()
+            {
+                scale.shutdown();
+            }
             let work = cluster.in_progress();
             if !work.is_empty() {
                 tracing::warn!("stopped while {}: abandoned", work.join("; "));

@@ -171,6 +171,8 @@ struct Figures {
     /// The share of the key-hash space this cell masters (0 outside a ring's Active cells;
     /// 1 for a cell that is not a ring member).
     range_share: f64,
+    /// Autoscale decisions this cell made as the ring's decider, by action (ring members).
+    autoscale: Option<[(&'static str, u64); 3]>,
 }
 
 impl Figures {
@@ -240,6 +242,19 @@ impl Collector for Figures {
             let g = ConstGauge::new(value as i64);
             g.encode(encoder.encode_descriptor(name, help, None, g.metric_type())?)?;
         }
+        if let Some(counts) = self.autoscale {
+            let c = ConstCounter::new(0u64);
+            let mut family = encoder.encode_descriptor(
+                "cellcache_autoscale_decisions",
+                "Autoscale decisions this cell made while it led the ring, by action (divide, \
+                 absorb, failed).",
+                None,
+                c.metric_type(),
+            )?;
+            for (action, n) in counts {
+                ConstCounter::new(n).encode(family.encode_family(&[("action", action)])?)?;
+            }
+        }
         let share = ConstGauge::new(self.range_share);
         share.encode(encoder.encode_descriptor(
             "cellcache_range_share",
@@ -255,10 +270,12 @@ impl Collector for Figures {
 pub fn render(cell: &Cell, ring: &Slot) -> Result<String, std::fmt::Error> {
     let mut raw = Vec::new();
     let mut range_share = 1.0;
+    let mut autoscale = None;
     match ring.cluster.get() {
         Some(cl) => {
             crate::cluster::stats::local_cell_stats(cl, &mut raw);
             range_share = cl.master_range_share();
+            autoscale = cl.autoscale.get().map(|a| a.counts());
         }
         None => crate::stats::reply(
             cell,
@@ -272,7 +289,11 @@ pub fn render(cell: &Cell, ring: &Slot) -> Result<String, std::fmt::Error> {
         .into_iter()
         .collect();
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(Figures { stats, range_share }));
+    registry.register_collector(Box::new(Figures {
+        stats,
+        range_share,
+        autoscale,
+    }));
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, &registry)?;
     Ok(out)
@@ -289,6 +310,7 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             range_share: 0.25,
+            autoscale: Some([("divide", 3), ("absorb", 1), ("failed", 0)]),
         }
     }
 
@@ -319,6 +341,8 @@ mod tests {
             "memcached_limit_bytes 67108864",
             "memcached_up 1",
             "cellcache_range_share 0.25",
+            "cellcache_autoscale_decisions_total{action=\"divide\"} 3",
+            "cellcache_autoscale_decisions_total{action=\"absorb\"} 1",
         ] {
             assert!(out.lines().any(|l| l == line), "no {line:?} in\n{out}");
         }

@@ -218,6 +218,9 @@ fn router(plane: Arc<Plane>) -> Router {
         .route("/cluster/peek/{key}", get(peek))
         .route("/cluster/leave/{cell}", post(leave))
         .route("/cluster/invite", post(invite))
+        .route("/autoscale", get(autoscale_status))
+        .route("/cluster/autoscale", get(autoscale_text))
+        .route("/cluster/autoscale/{switch}", post(autoscale_switch))
         .layer(middleware::from_fn_with_state(plane.clone(), authorize))
         .merge(public)
         .with_state(plane)
@@ -335,6 +338,41 @@ async fn peek(State(plane): State<Arc<Plane>>, Path(key): Path<String>) -> Respo
 async fn leave(State(plane): State<Arc<Plane>>, Path(cell): Path<String>) -> Response {
     match plane.ring.cluster.get() {
         Some(cl) => text(cluster::ext::leave(cl, &cell).await),
+        None => not_a_member(),
+    }
+}
+
+/// The ring's autoscaling as its deciding cell sees it (JSON: `cluster::autoscale::Status`).
+async fn autoscale_status(State(plane): State<Arc<Plane>>) -> Response {
+    match plane.ring.cluster.get() {
+        Some(cl) => match cluster::autoscale::ring_status(cl).await {
+            Some(v) => axum::Json(v).into_response(),
+            None => text(b"SERVER_ERROR autoscale unavailable\r\n".to_vec()),
+        },
+        None => not_a_member(),
+    }
+}
+
+/// The same as `ctl autoscale status` prints it.
+async fn autoscale_text(State(plane): State<Arc<Plane>>) -> Response {
+    match plane.ring.cluster.get() {
+        Some(cl) => match cluster::autoscale::ring_status(cl).await {
+            Some(s) => text(s.text().into_bytes()),
+            None => text(b"SERVER_ERROR autoscale unavailable\r\n".to_vec()),
+        },
+        None => not_a_member(),
+    }
+}
+
+/// `on` or `off` on every cell of the ring.
+async fn autoscale_switch(State(plane): State<Arc<Plane>>, Path(switch): Path<String>) -> Response {
+    let on = match switch.as_str() {
+        "on" => true,
+        "off" => false,
+        _ => return text(b"CLIENT_ERROR autoscale on or off\r\n".to_vec()),
+    };
+    match plane.ring.cluster.get() {
+        Some(cl) => text(cluster::autoscale::switch_ring(cl, on).await),
         None => not_a_member(),
     }
 }

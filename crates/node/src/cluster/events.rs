@@ -27,8 +27,10 @@ pub struct Event {
     /// The range that moves (`[start, end]`, hex).
     pub range: [String; 2],
     /// Why: `scale-out` for a division; `left` (asked to) or `crashed` (evicted by
-    /// consensus after a confirmed suspicion) for an absorption.
-    pub reason: &'static str,
+    /// consensus after a confirmed suspicion) for an absorption; the policy's reason for an
+    /// autoscale decision (`autoscale_divide`, `autoscale_absorb`, `autoscale_failed`, on
+    /// the deciding cell only, with no range).
+    pub reason: String,
 }
 
 fn hex(r: &HashRange) -> [String; 2] {
@@ -51,7 +53,7 @@ pub fn diff(old: &ClusterMap, new: &ClusterMap, at: u64) -> Vec<Event> {
             cell: child.to_string(),
             other: parent.to_string(),
             range: hex(range),
-            reason: "scale-out",
+            reason: "scale-out".into(),
         },
         Migration::Absorption {
             departed,
@@ -69,7 +71,8 @@ pub fn diff(old: &ClusterMap, new: &ClusterMap, at: u64) -> Vec<Event> {
             reason: match reason {
                 AbsorptionReason::Leaving => "left",
                 AbsorptionReason::Crashed => "crashed",
-            },
+            }
+            .into(),
         },
     };
     for m in new.migrations() {
@@ -129,6 +132,20 @@ impl Recent {
 }
 
 impl super::Cluster {
+    /// Logs `e` as one `ring event` line and keeps it.
+    pub(super) fn note_event(&self, e: Event) {
+        tracing::info!(
+            epoch = e.epoch,
+            kind = e.kind,
+            cell = %e.cell,
+            other = %e.other,
+            range = %format_args!("{}-{}", e.range[0], e.range[1]),
+            reason = %e.reason,
+            "ring event"
+        );
+        self.events.lock().push(e);
+    }
+
     /// The ring's recent events, oldest first (`GET /events`).
     pub fn recent_events(&self) -> Vec<Event> {
         self.events.lock().list()
@@ -193,7 +210,7 @@ mod tests {
                 cell: "2".into(),
                 other: "1".into(),
                 range: ["0".into(), "1".into()],
-                reason: "scale-out",
+                reason: "scale-out".into(),
             });
         }
         let kept: Vec<u64> = r.list().iter().map(|e| e.epoch).collect();

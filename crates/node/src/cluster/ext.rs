@@ -8,6 +8,8 @@
 //!   memory (asked of each cell), then `END`.
 //! - `cluster join <client-addr> <peer-addr> [parent-id]`: admit a new cell as a division of
 //!   `parent` (default: the cell with the largest range); answers `JOINED <len>` and the map.
+//! - `autoscale status|on|off`: this cell's autoscaling as JSON, or its switch (the admin
+//!   plane's `ctl autoscale` asks the deciding cell, and switches every cell).
 //! - leave: begin a cell's absorption by its successor.
 //! - ranges: items this cell holds per range it masters or backs up.
 //! - peek: this cell's own copy of a key (master or backup), as `VALUE <key> <flags>
@@ -27,6 +29,7 @@ pub async fn run(cl: Arc<Cluster>, line: String) -> Vec<u8> {
     let words: Vec<&str> = line.split_ascii_whitespace().collect();
     match words.as_slice() {
         ["cluster", "status"] => status_text(&cl).await.into_bytes(),
+        ["autoscale", word] => super::autoscale::control(&cl, word),
         ["cluster", "join", client, peer, rest @ ..] if rest.len() <= 1 => {
             let parent = match rest.first().map(|p| p.parse::<CellId>()) {
                 None => None,

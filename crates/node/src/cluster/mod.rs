@@ -10,6 +10,7 @@
 //! request path ([`route`]) reads the ring under a short lock to decide where a request
 //! runs, and hands forwarded work to the runtime without ever blocking an engine worker.
 
+pub mod autoscale;
 mod catchup;
 mod counters;
 pub mod events;
@@ -139,6 +140,8 @@ pub struct Cluster {
     flushes: Mutex<flush::PendingFlushes>,
     /// The ring's recent events (see [`events`]). Lock order: a leaf lock, see [`Cluster`].
     events: Mutex<events::Recent>,
+    /// Autoscaling (see [`autoscale`]), once its provisioner is built.
+    pub autoscale: OnceLock<Arc<autoscale::Autoscale>>,
     /// What the membership file says now (see [`restart`]). Lock order: a leaf lock, see
     /// [`Cluster`].
     membership: Mutex<Option<restart::Membership>>,
@@ -325,6 +328,7 @@ impl Cluster {
             leaving: AtomicBool::new(false),
             flushes: Mutex::new(flush::PendingFlushes::default()),
             events: Mutex::new(events::Recent::new(config.events_kept)),
+            autoscale: OnceLock::new(),
             membership: Mutex::new(None),
             order: order::Order::default(),
             clock,
@@ -354,7 +358,21 @@ impl Cluster {
         let _ = slot.cluster.set(cluster.clone());
         *slot.runtime.lock() = Some(runtime);
         let _ = cluster.cell.ring_figures.set(cluster.clone());
+        match crate::provision::build(&cluster.cell.config) {
+            Ok(p) => {
+                let scale = Arc::new(autoscale::Autoscale::new(&cluster.cell.config, p));
+                let _ = cluster.autoscale.set(scale.clone());
+                autoscale::spawn(&cluster, scale);
+            }
+            Err(e) => tracing::warn!(error = %e, "autoscale unavailable"),
+        }
         Ok(cluster)
+    }
+
+    /// This cell has left the ring, or is leaving it (absorbed), rather than being stopped
+    /// as a member: the cells it started stay, since they hold ranges of the ring.
+    pub fn left(&self) -> bool {
+        self.leaving.load(Ordering::Acquire) || self.lock_ring().map().cell(&self.me).is_none()
     }
 
     /// What this cell is in the middle of, in words, for the log line of a cell stopped by
@@ -370,7 +388,8 @@ impl Cluster {
             Some(CellState::Leaving) => {
                 work.push("leaving the ring (its successor was taking its range over)".into())
             }
-            _ if self.leaving.load(Ordering::Acquire) => {
+            // Asked to leave, not yet Leaving (a cell no longer in the map has left).
+            Some(_) if self.leaving.load(Ordering::Acquire) => {
                 work.push("leaving the ring (its successor was taking its range over)".into())
             }
             _ => {}
@@ -477,16 +496,7 @@ impl Cluster {
             (ring.drain_outputs(), changes)
         };
         for e in changes {
-            tracing::info!(
-                epoch = e.epoch,
-                kind = e.kind,
-                cell = %e.cell,
-                other = %e.other,
-                range = %format_args!("{}-{}", e.range[0], e.range[1]),
-                reason = e.reason,
-                "ring event"
-            );
-            self.events.lock().push(e);
+            self.note_event(e);
         }
         self.stats.maps_installed.fetch_add(1, Ordering::Relaxed);
         if map
@@ -640,8 +650,16 @@ impl Cluster {
                     });
                 }
                 Output::Fenced if self.leaving.load(Ordering::Acquire) => {
-                    tracing::info!(cell = %self.me, "left the ring: stopping");
-                    self.cell.shutdown.trigger();
+                    // A cell with an older map may still forward a request here: refused
+                    // (removed), it catches up and goes to the new master. Stopping at once
+                    // would drop such a request with the connection, its outcome unknown.
+                    let linger = Duration::from_millis(self.config.leave_linger_ms);
+                    tracing::info!(cell = %self.me, ?linger, "left the ring: stopping after the linger");
+                    let cl = self.clone();
+                    self.handle.spawn(async move {
+                        tokio::time::sleep(linger).await;
+                        cl.cell.shutdown.trigger();
+                    });
                 }
                 Output::Fenced => {
                     tracing::error!(cell = %self.me, "this cell was removed from the ring: it no longer serves keys; restart it to rejoin as a new cell");

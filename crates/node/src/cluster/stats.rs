@@ -82,6 +82,8 @@ pub fn master_share(cl: &Cluster, out: &mut Vec<u8>) {
             .for_each_in_range(r, cl.cell.now(), |_| items += 1);
     }
     out.extend_from_slice(format!("STAT cluster_master_items {items}\r\n").as_bytes());
+    let provisioned = u8::from(cl.cell.config.cluster.provisioned);
+    out.extend_from_slice(format!("STAT cluster_provisioned {provisioned}\r\n").as_bytes());
 }
 
 /// Parses `STAT name value` lines (up to `END`).
@@ -146,7 +148,7 @@ pub fn aggregate(
             "limit_maxbytes" => {
                 format!("{}", (sum(name) / copies) as u64)
             }
-            "cluster_master_items" => continue,
+            "cluster_master_items" | "cluster_provisioned" => continue,
             n => match value.parse::<f64>() {
                 Ok(_) => {
                     let s = sum(n);

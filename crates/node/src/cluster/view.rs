@@ -98,6 +98,56 @@ fn stat(stats: &str, name: &str) -> Option<u64> {
     })
 }
 
+/// Which `stats` a cell is asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CellStats {
+    /// `stats` (this cell's own general figures).
+    General,
+    /// `stats cell`: the general figures, `stats cellcache` and what it masters.
+    Cell,
+}
+
+/// Every cell's `stats` reply, in map order (`None`: it did not answer within
+/// [`MEMORY_WAIT`]); the cells are asked at once, so a ring of many cells answers within
+/// one wait.
+pub async fn cell_stats(
+    cl: &Arc<Cluster>,
+    map: &cellcache_cluster::ClusterMap,
+    which: CellStats,
+) -> Vec<Option<Vec<u8>>> {
+    let mut asks = Vec::with_capacity(map.cells().len());
+    for c in map.cells() {
+        if c.id == cl.me {
+            let mut o = Vec::new();
+            match which {
+                CellStats::General => crate::stats::reply(
+                    &cl.cell,
+                    &cellcache_proto::StatsGroup::General,
+                    cl.cell.now(),
+                    &mut o,
+                ),
+                CellStats::Cell => super::stats::local_cell_stats(cl, &mut o),
+            }
+            asks.push(tokio::spawn(async move { Some(o) }));
+        } else if let Some(link) = cl.link(&c.id) {
+            asks.push(tokio::spawn(async move {
+                let call = link.call(FrameKind::ForwardRequest, super::stats::CELL_STATS.to_vec());
+                match tokio::time::timeout(MEMORY_WAIT, call).await {
+                    Ok(Ok(f)) if f.kind == FrameKind::ForwardReply => Some(f.payload),
+                    _ => None,
+                }
+            }));
+        } else {
+            asks.push(tokio::spawn(async { None }));
+        }
+    }
+    let mut out = Vec::with_capacity(asks.len());
+    for a in asks {
+        out.push(a.await.ok().flatten());
+    }
+    out
+}
+
 /// Gathers the view: the map under its lock, then each cell's memory without it.
 pub async fn gather(cl: &Arc<Cluster>) -> RingView {
     let map = cl.lock_ring().map().clone();
@@ -111,25 +161,8 @@ pub async fn gather(cl: &Arc<Cluster>) -> RingView {
         None => Default::default(),
     };
     let mut cells = Vec::new();
-    for c in map.cells() {
-        let stats = if c.id == cl.me {
-            let mut o = Vec::new();
-            crate::stats::reply(
-                &cl.cell,
-                &cellcache_proto::StatsGroup::General,
-                cl.cell.now(),
-                &mut o,
-            );
-            Some(o)
-        } else if let Some(link) = cl.link(&c.id) {
-            let call = link.call(FrameKind::ForwardRequest, super::stats::CELL_STATS.to_vec());
-            match tokio::time::timeout(MEMORY_WAIT, call).await {
-                Ok(Ok(f)) if f.kind == FrameKind::ForwardReply => Some(f.payload),
-                _ => None,
-            }
-        } else {
-            None
-        };
+    let answers = cell_stats(cl, &map, CellStats::General).await;
+    for (c, stats) in map.cells().iter().zip(answers) {
         let text = stats.map(|s| String::from_utf8_lossy(&s).into_owned());
         let memory = text.as_deref().and_then(|s| {
             Some(MemoryView {

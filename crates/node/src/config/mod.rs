@@ -14,10 +14,15 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 
 mod admin;
+mod autoscale;
 mod dns;
 mod listen;
 mod peer_tls;
 pub use admin::{ADMIN_PORT_OFFSET, AdminConfig};
+pub use autoscale::{
+    AutoscaleConfig, CommandProvisionerConfig, DockerProvisionerConfig,
+    KubernetesProvisionerConfig, LocalProvisionerConfig, ProvisionerKind,
+};
 pub use cellcache_io::{EngineConfig, IoEngineKind};
 pub use cellcache_store::StoreConfig;
 pub use dns::DnsConfig;
@@ -36,6 +41,7 @@ pub struct NodeConfig {
     pub cluster: ClusterConfig,
     pub admin: AdminConfig,
     pub dns: DnsConfig,
+    pub autoscale: AutoscaleConfig,
 }
 
 /// When a master acknowledges a write: after its backups applied it, or at once.
@@ -79,6 +85,12 @@ pub struct ClusterConfig {
     /// Address (`host:port`, a cell's client port) of any cell of the ring to join; empty
     /// bootstraps a new ring of one (`serve --join`).
     pub join: String,
+    /// With `join`: the id of the cell to divide (as `ctl status` prints it); empty: the
+    /// cell with the largest range. A provisioner sets it to the cell that ran short.
+    pub divide: String,
+    /// This cell was started by a provisioner (`[autoscale]`): autoscaling may absorb it
+    /// when idle. Cells an operator started are never absorbed by autoscaling.
+    pub provisioned: bool,
     /// Start outside any ring and wait to be brought in by `cellcache ctl split` (the
     /// cell answers keyed requests with `SERVER_ERROR` until then).
     pub standby: bool,
@@ -108,6 +120,11 @@ pub struct ClusterConfig {
     /// re-routed. Above `request_timeout_ms`, since a master may hold a reply that long
     /// while its backups acknowledge.
     pub peer_reply_timeout_ms: u64,
+    /// A cell that left the ring (absorbed) keeps refusing what other cells forward to it
+    /// this long before it stops, so a cell that has not yet learnt the change learns it
+    /// from the refusal and sends the request to the new master, rather than losing it
+    /// with the connection.
+    pub leave_linger_ms: u64,
     /// Bytes of frames queued for one peer connection and not yet written, each way: a link
     /// past it refuses new requests at once (the caller routes them again) and drops one-way
     /// frames; the peer listener stops reading a connection whose replies are queued past
@@ -164,6 +181,8 @@ impl Default for ClusterConfig {
             peer_port: 0,
             advertise_host: String::new(),
             join: String::new(),
+            divide: String::new(),
+            provisioned: false,
             standby: false,
             state_dir: String::new(),
             replication_factor: 2,
@@ -173,6 +192,7 @@ impl Default for ClusterConfig {
             in_flight_per_connection_max: 1_024,
             peer_connect_timeout_ms: 1_000,
             peer_reply_timeout_ms: 6_000,
+            leave_linger_ms: 3_000,
             peer_queue_bytes_max: 64 << 20,
             peer_forwards_in_flight_max: 4_096,
             secret_file: String::new(),
@@ -527,6 +547,30 @@ impl NodeConfig {
             ));
         }
         self.store.validate().map_err(|e| invalid(&e))?;
+        self.autoscale
+            .policy()
+            .validate()
+            .map_err(|e| invalid(&e))?;
+        if !self.cluster.divide.is_empty()
+            && self
+                .cluster
+                .divide
+                .parse::<cellcache_cluster::CellId>()
+                .is_err()
+        {
+            return Err(ConfigError::Invalid(format!(
+                "cluster.divide {:?} is not a cell id (as `ctl status` prints one)",
+                self.cluster.divide
+            )));
+        }
+        if self.autoscale.enabled
+            && self.autoscale.provisioner == ProvisionerKind::Command
+            && self.autoscale.command.program.is_empty()
+        {
+            return Err(ConfigError::Invalid(
+                "autoscale.provisioner = \"command\" needs autoscale.command.program".into(),
+            ));
+        }
         let limits = self.protocol_limits();
         limits.validate().map_err(|e| invalid(&e))?;
         if self.io.input_buffer_max_bytes < limits.frame_bytes_max() {

@@ -1,0 +1,687 @@
+//! The autoscaling policy (SPEC E1): when the ring divides a cell short of memory and when it
+//! absorbs an idle one. Pure: the driver (`cellcache_node::autoscale`, on the consensus
+//! leader) samples every cell's memory, hands the samples to [`Autoscaler::observe`] with
+//! the time, and carries out the [`Decision`] it gets back; nothing here reads a clock or
+//! touches a socket, so the ring simulator and table-driven tests run it exactly.
+//!
+//! The rules, in the order they are checked:
+//! 1. *Before eviction*: every cell above `low_water` whose fill rate would bring it to
+//!    where evictions start (halfway from `high_water` to a full `-m`; measured at 87–92%)
+//!    within the time the divisions that relieve it take (learned from the last divisions,
+//!    `division_lead_ms` until one was seen; in a ring of no more cells than copies every
+//!    cell holds everything, so it takes `r + 1 - cells` divisions) divides at once — without waiting for its
+//!    window or the cooldown, and beside other changes, as long as its change involves no
+//!    cell of a change in flight (the map's own rule, `ChangeError::Overlap`). So the ring
+//!    never divides and absorbs overlapping cells at once, and a ring filling everywhere
+//!    grows in parallel.
+//! 2. Otherwise one change at a time: while the map has a migration in flight, or a
+//!    decision has been handed out and not yet seen in the map, nothing else is decided.
+//!    **Divide** the fullest cell whose fill (live bytes / memory limit) has stayed at or
+//!    above `high_water` for `window_ms`, or that is evicting — after `cooldown_ms` since the
+//!    last change, and while the ring has fewer than `max_cells`.
+//! 3. **Absorb** the emptiest *provisioned* cell (cells the operator started stay) whose fill
+//!    stayed below `low_water` for `window_ms`, after the cooldown, while the ring has more
+//!    than `min_cells` and its data is not growing (the cells' smoothed fill rates add
+//!    up to less than `steady_fill` of a cell's memory per window) — and only if every cell would stay below the middle of the two
+//!    watermarks once its successor took the range over (hysteresis: an absorption never
+//!    sets up the next division).
+//! 4. A decision whose change does not appear within `join_timeout_ms` has failed (the
+//!    driver says so with [`Autoscaler::failed`], or the timeout does it): the next attempt
+//!    waits `retry_backoff_ms`, doubled per consecutive failure up to `retry_backoff_max_ms`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::id::CellId;
+
+/// The policy's settings (`[autoscale]` in the node's TOML, which adds the provisioner).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyConfig {
+    /// Fill (live bytes / memory limit) at or above which a cell divides.
+    pub high_water: f64,
+    /// Fill below which a provisioned cell is absorbed.
+    pub low_water: f64,
+    /// How long a cell must stay beyond a watermark before it counts.
+    pub window_ms: u64,
+    /// Quiet time after a change before the next one (a division racing eviction excepted).
+    pub cooldown_ms: u64,
+    /// The ring never absorbs below this many cells.
+    pub min_cells: usize,
+    /// The ring never divides beyond this many cells.
+    pub max_cells: usize,
+    /// What a division is assumed to take until one has been measured.
+    pub division_lead_ms: u64,
+    /// A decision not visible in the map this long after it was made has failed.
+    pub join_timeout_ms: u64,
+    /// Wait after a failed decision, doubled per consecutive failure.
+    pub retry_backoff_ms: u64,
+    /// Most wait after failures.
+    pub retry_backoff_max_ms: u64,
+    /// The ring's data counts as growing only when it gains more than this fraction of a
+    /// cell's memory per window. A smoothed rate decays towards zero but never reaches it
+    /// (the last hand-off's growth would otherwise block every absorption for good).
+    pub steady_fill: f64,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        PolicyConfig {
+            high_water: 0.8,
+            low_water: 0.3,
+            window_ms: 30_000,
+            cooldown_ms: 60_000,
+            min_cells: 1,
+            max_cells: 32,
+            division_lead_ms: 10_000,
+            join_timeout_ms: 60_000,
+            retry_backoff_ms: 5_000,
+            retry_backoff_max_ms: 120_000,
+            steady_fill: 0.01,
+        }
+    }
+}
+
+/// Why a policy's settings cannot work.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PolicyConfigError {
+    #[error("autoscale watermarks must satisfy 0 < low_water ({low}) < high_water ({high}) <= 1")]
+    Watermarks { low: f64, high: f64 },
+    #[error("autoscale min_cells ({min}) must be at least 1 and at most max_cells ({max})")]
+    Cells { min: usize, max: usize },
+    #[error("autoscale steady_fill ({0}) must be at least 0 and below low_water")]
+    SteadyFill(f64),
+}
+
+impl PolicyConfig {
+    pub fn validate(&self) -> Result<(), PolicyConfigError> {
+        let (low, high) = (self.low_water, self.high_water);
+        if !(low > 0.0 && low < high && high <= 1.0) {
+            return Err(PolicyConfigError::Watermarks { low, high });
+        }
+        if self.min_cells == 0 || self.min_cells > self.max_cells {
+            return Err(PolicyConfigError::Cells {
+                min: self.min_cells,
+                max: self.max_cells,
+            });
+        }
+        if !(self.steady_fill >= 0.0 && self.steady_fill < low) {
+            return Err(PolicyConfigError::SteadyFill(self.steady_fill));
+        }
+        Ok(())
+    }
+
+    /// The fill no cell may reach through an absorption: halfway between the watermarks.
+    fn absorb_ceiling(&self) -> f64 {
+        (self.low_water + self.high_water) / 2.0
+    }
+}
+
+/// What one cell reported of its memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Figures {
+    /// Bytes of live items (master and backup copies).
+    pub bytes: u64,
+    /// Its memory limit (`-m`).
+    pub limit: u64,
+    /// The part of `bytes` that is items it masters.
+    pub master_bytes: u64,
+    /// Items evicted since it started (a counter).
+    pub evictions: u64,
+}
+
+/// One cell of the map, in ring order, as the decider sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CellReport {
+    pub id: CellId,
+    /// Active (serving a range); joining and leaving cells are neither divided nor absorbed.
+    pub active: bool,
+    /// Started by a provisioner: only these are absorbed.
+    pub provisioned: bool,
+    /// `None`: it did not answer this round.
+    pub figures: Option<Figures>,
+}
+
+/// One sample of the whole ring.
+#[derive(Debug, Clone)]
+pub struct Observation<'a> {
+    pub now_ms: u64,
+    /// Copies of each item (master + backups).
+    pub replication_factor: usize,
+    /// The cells of the divisions and absorptions in flight (their `involved` sets): no
+    /// new change may touch them.
+    pub busy: &'a BTreeSet<CellId>,
+    /// Every cell of the map, in ring (id) order.
+    pub cells: &'a [CellReport],
+}
+
+/// What the decider asks its driver to do.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Decision {
+    /// Provision a cell that divides `cell`'s range.
+    Divide { cell: CellId, reason: String },
+    /// Begin `cell`'s absorption by its successor; its provisioner stops it once it is gone.
+    Absorb { cell: CellId, reason: String },
+}
+
+impl Decision {
+    pub fn cell(&self) -> &CellId {
+        match self {
+            Decision::Divide { cell, .. } | Decision::Absorb { cell, .. } => cell,
+        }
+    }
+    pub fn reason(&self) -> &str {
+        match self {
+            Decision::Divide { reason, .. } | Decision::Absorb { reason, .. } => reason,
+        }
+    }
+}
+
+/// What one sample brought: new decisions, and the fate of earlier ones.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Step {
+    /// To carry out now.
+    pub decisions: Vec<Decision>,
+    /// Earlier decisions the map now shows done.
+    pub done: Vec<Decision>,
+    /// Earlier decisions not seen in the map within `join_timeout_ms`: failed.
+    pub timed_out: Vec<Decision>,
+}
+
+/// A cell's watermark clocks and its fill rate.
+#[derive(Debug, Clone, Default)]
+struct Track {
+    /// Since when it has been at or above `high_water` (continuously).
+    above_since: Option<u64>,
+    /// Since when it has been below `low_water` (continuously).
+    below_since: Option<u64>,
+    /// The previous sample: time, bytes, evictions.
+    last: Option<(u64, u64, u64)>,
+    /// Bytes per second, smoothed.
+    rate: f64,
+    /// Evicted since the previous sample.
+    evicting: bool,
+}
+
+/// A decision handed out and not yet seen through.
+#[derive(Debug, Clone)]
+struct Pending {
+    decision: Decision,
+    at_ms: u64,
+    /// The cells of the map when it was made, and those it involves.
+    cells_then: Vec<CellId>,
+    involved: BTreeSet<CellId>,
+}
+
+impl Pending {
+    /// Whether `obs` shows it done: a new Active cell right after the divided one, or the
+    /// absorbed cell gone — and none of its cells busy any more.
+    fn done(&self, obs: &Observation<'_>) -> bool {
+        if self.involved.iter().any(|c| obs.busy.contains(c)) {
+            return false;
+        }
+        match &self.decision {
+            Decision::Divide { cell, .. } => {
+                let next = self.cells_then.iter().find(|c| *c > cell);
+                obs.cells.iter().any(|c| {
+                    c.active
+                        && !self.cells_then.contains(&c.id)
+                        && c.id > *cell
+                        && next.is_none_or(|n| c.id < *n)
+                })
+            }
+            Decision::Absorb { cell, .. } => !obs.cells.iter().any(|c| &c.id == cell),
+        }
+    }
+}
+
+/// The decider's memory between samples: watermark clocks per cell, the last change, the
+/// decisions in flight and the failures behind them.
+#[derive(Debug, Clone)]
+pub struct Autoscaler {
+    config: PolicyConfig,
+    tracks: BTreeMap<CellId, Track>,
+    /// When the ring last changed (a migration seen in flight or ended).
+    last_change_ms: Option<u64>,
+    pending: Vec<Pending>,
+    /// Consecutive failed decisions, and when the next may be made.
+    failures: u32,
+    retry_at_ms: u64,
+    /// What a division took, smoothed over those seen through.
+    division_ms: f64,
+}
+
+impl Autoscaler {
+    pub fn new(config: PolicyConfig) -> Autoscaler {
+        let division_ms = config.division_lead_ms as f64;
+        Autoscaler {
+            config,
+            tracks: BTreeMap::new(),
+            last_change_ms: None,
+            pending: Vec::new(),
+            failures: 0,
+            retry_at_ms: 0,
+            division_ms,
+        }
+    }
+
+    pub fn config(&self) -> &PolicyConfig {
+        &self.config
+    }
+
+    /// What a division is expected to take now (ms).
+    pub fn division_lead_ms(&self) -> u64 {
+        self.division_ms as u64
+    }
+
+    /// The decisions in flight.
+    pub fn pending(&self) -> Vec<Decision> {
+        self.pending.iter().map(|p| p.decision.clone()).collect()
+    }
+
+    /// Consecutive failed decisions.
+    pub fn failures(&self) -> u32 {
+        self.failures
+    }
+
+    /// Forget the watermark clocks and what is in flight (this cell stopped deciding: it
+    /// lost the leadership, or autoscaling was turned off), keeping what was learned of
+    /// divisions.
+    pub fn reset(&mut self) {
+        self.tracks.clear();
+        self.pending.clear();
+    }
+
+    /// The driver could not carry out the decision about `cell` (the provisioner failed,
+    /// the cell died before joining, the proposal was refused): it is dropped, and the next
+    /// decision waits for the backoff.
+    pub fn failed(&mut self, cell: &CellId, now_ms: u64) {
+        self.pending.retain(|p| p.decision.cell() != cell);
+        self.note_failure(now_ms);
+    }
+
+    fn note_failure(&mut self, now_ms: u64) {
+        self.failures = self.failures.saturating_add(1);
+        let backoff = self
+            .config
+            .retry_backoff_ms
+            .saturating_mul(1u64 << (self.failures - 1).min(20))
+            .min(self.config.retry_backoff_max_ms);
+        self.retry_at_ms = now_ms.saturating_add(backoff);
+    }
+
+    /// Takes one sample of the ring; returns what to do now and what became of earlier
+    /// decisions. New decisions are remembered as pending until the map shows them done
+    /// (or they fail).
+    pub fn observe(&mut self, obs: &Observation<'_>) -> Step {
+        let mut step = self.update(obs);
+        let mut locked: BTreeSet<CellId> = obs.busy.clone();
+        for p in &self.pending {
+            locked.extend(p.involved.iter().cloned());
+        }
+        let decisions = decide(&self.config, self.view(obs), &mut locked);
+        let ring = Ring::of(obs.cells);
+        for d in &decisions {
+            self.pending.push(Pending {
+                decision: d.clone(),
+                at_ms: obs.now_ms,
+                cells_then: obs.cells.iter().map(|c| c.id.clone()).collect(),
+                involved: ring.involved(d, obs.replication_factor),
+            });
+        }
+        step.decisions = decisions;
+        step
+    }
+
+    /// Book-keeping of one sample: the pending decisions' fate, the last change, each
+    /// cell's clocks and rate.
+    fn update(&mut self, obs: &Observation<'_>) -> Step {
+        let now = obs.now_ms;
+        let mut step = Step::default();
+        if !obs.busy.is_empty() {
+            self.last_change_ms = Some(now);
+        }
+        for p in std::mem::take(&mut self.pending) {
+            if p.done(obs) {
+                if matches!(p.decision, Decision::Divide { .. }) {
+                    let took = now.saturating_sub(p.at_ms) as f64;
+                    self.division_ms = (self.division_ms + took) / 2.0;
+                }
+                self.failures = 0;
+                self.last_change_ms = Some(now);
+                step.done.push(p.decision);
+            } else if now.saturating_sub(p.at_ms) >= self.config.join_timeout_ms
+                && !p.involved.iter().any(|c| obs.busy.contains(c))
+            {
+                self.note_failure(now);
+                step.timed_out.push(p.decision);
+            } else {
+                self.pending.push(p);
+            }
+        }
+        self.tracks
+            .retain(|id, _| obs.cells.iter().any(|c| &c.id == id));
+        for c in obs.cells {
+            let t = self.tracks.entry(c.id.clone()).or_default();
+            // A joining cell fills with its hand-off, a leaving one empties: neither is a
+            // trend. Clocks and rate start when it is Active.
+            if !c.active {
+                *t = Track::default();
+                continue;
+            }
+            let Some(f) = c.figures else { continue };
+            let fill = fill(&f);
+            if fill >= self.config.high_water {
+                t.above_since.get_or_insert(now);
+            } else {
+                t.above_since = None;
+            }
+            if fill < self.config.low_water {
+                t.below_since.get_or_insert(now);
+            } else {
+                t.below_since = None;
+            }
+            if let Some((at, bytes, evictions)) = t.last
+                && now > at
+            {
+                let dt = (now - at) as f64;
+                let rate = (f.bytes as f64 - bytes as f64) * 1000.0 / dt;
+                // Smoothed over about a window, so noise is not taken for a trend.
+                let weight = dt / (dt + self.config.window_ms as f64);
+                t.rate = weight * rate + (1.0 - weight) * t.rate;
+                t.evicting = f.evictions > evictions;
+            }
+            t.last = Some((now, f.bytes, f.evictions));
+        }
+        step
+    }
+
+    fn view<'a>(&'a self, obs: &'a Observation<'a>) -> View<'a> {
+        View {
+            obs,
+            tracks: &self.tracks,
+            quiet: obs.busy.is_empty() && self.pending.is_empty(),
+            cooled: self
+                .last_change_ms
+                .is_none_or(|t| obs.now_ms >= t.saturating_add(self.config.cooldown_ms)),
+            backing_off: obs.now_ms < self.retry_at_ms,
+            division_ms: self.division_ms,
+            planned: self.pending.iter().fold(0, |n, p| match p.decision {
+                Decision::Divide { .. } => n + 1,
+                Decision::Absorb { .. } => n - 1,
+            }),
+        }
+    }
+}
+
+/// Everything [`decide`] reads: the sample and the decider's clocks.
+struct View<'a> {
+    obs: &'a Observation<'a>,
+    tracks: &'a BTreeMap<CellId, Track>,
+    /// Nothing in flight, ours or not.
+    quiet: bool,
+    cooled: bool,
+    backing_off: bool,
+    division_ms: f64,
+    /// Cells the pending decisions will add (negative: remove).
+    planned: i64,
+}
+
+/// The Active cells in ring order, to name the cells a change involves as the map does
+/// (`change::begin_division`, `change::begin_absorption`).
+struct Ring<'a> {
+    active: Vec<&'a CellId>,
+}
+
+impl<'a> Ring<'a> {
+    fn of(cells: &'a [CellReport]) -> Ring<'a> {
+        Ring {
+            active: cells.iter().filter(|c| c.active).map(|c| &c.id).collect(),
+        }
+    }
+
+    /// `n` cells clockwise (`step` 1) or counter-clockwise (`step` -1) from `id`.
+    fn around(&self, id: &CellId, n: usize, forward: bool) -> Vec<CellId> {
+        let m = self.active.len();
+        let Some(i) = self.active.iter().position(|c| *c == id) else {
+            return Vec::new();
+        };
+        (1..=n.min(m.saturating_sub(1)))
+            .map(|k| {
+                let j = if forward {
+                    (i + k) % m
+                } else {
+                    (i + m - k) % m
+                };
+                self.active[j].clone()
+            })
+            .collect()
+    }
+
+    /// The cells a decision's change will involve (no other change may touch them).
+    fn involved(&self, d: &Decision, r: usize) -> BTreeSet<CellId> {
+        let r = r.max(1);
+        let mut out: BTreeSet<CellId> = [d.cell().clone()].into();
+        match d {
+            Decision::Divide { cell, .. } => {
+                out.extend(self.around(cell, r.saturating_sub(2), false));
+                out.extend(self.around(cell, r - 1, true));
+            }
+            Decision::Absorb { cell, .. } => {
+                out.extend(self.around(cell, r - 1, false));
+                out.extend(self.around(cell, r, true));
+            }
+        }
+        out
+    }
+}
+
+fn fill(f: &Figures) -> f64 {
+    if f.limit == 0 {
+        return 0.0;
+    }
+    f.bytes as f64 / f.limit as f64
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.0}%", x * 100.0)
+}
+
+fn secs(ms: u64) -> String {
+    format!("{:.1} s", ms as f64 / 1000.0)
+}
+
+/// The policy itself: a pure function of the settings, the sample and the clocks. Cells in
+/// `locked` (busy, or involved in a pending decision) are left alone; the cells of every
+/// decision made are added to it.
+fn decide(cfg: &PolicyConfig, v: View<'_>, locked: &mut BTreeSet<CellId>) -> Vec<Decision> {
+    if v.backing_off {
+        return Vec::new();
+    }
+    let ring = Ring::of(v.obs.cells);
+    let r = v.obs.replication_factor;
+    let active = ring.active.len() as i64 + v.planned;
+    let mut room = (cfg.max_cells as i64 - active).max(0) as usize;
+    // Cells racing eviction divide at once, each whose change touches nothing in flight.
+    let mut out = Vec::new();
+    for (c, reason) in divisions(cfg, &v, true) {
+        if room == 0 {
+            break;
+        }
+        let d = Decision::Divide {
+            cell: c.clone(),
+            reason,
+        };
+        let cells = ring.involved(&d, r);
+        if cells.is_disjoint(locked) {
+            locked.extend(cells);
+            out.push(d);
+            room -= 1;
+        }
+    }
+    if !out.is_empty() || !v.quiet || !v.cooled {
+        return out;
+    }
+    // Otherwise one change at a time, a cooldown apart.
+    if room > 0
+        && let Some((c, reason)) = divisions(cfg, &v, false).into_iter().next()
+    {
+        return vec![Decision::Divide {
+            cell: c.clone(),
+            reason,
+        }];
+    }
+    if active > cfg.min_cells as i64 {
+        return absorption(cfg, &v).into_iter().collect();
+    }
+    Vec::new()
+}
+
+/// Cells that should divide, fullest first: those racing eviction (`urgent`), or else
+/// those above high water for the window or evicting.
+fn divisions<'a>(cfg: &PolicyConfig, v: &View<'a>, urgent: bool) -> Vec<(&'a CellId, String)> {
+    let now = v.obs.now_ms;
+    // Evictions start near the middle between high water and a full memory limit
+    // (measured: 87-92% of -m), so a division must be done before the fill gets there.
+    let evicts_at = (cfg.high_water + 1.0) / 2.0;
+    let mut found: Vec<(f64, &CellId, String)> = Vec::new();
+    // In a ring of no more cells than copies, every cell holds everything: a division
+    // relieves nobody until the ring has `r + 1` cells, so the lead counts those divisions.
+    let active = v.obs.cells.iter().filter(|c| c.active).count();
+    let needed = (v.obs.replication_factor + 1).saturating_sub(active).max(1);
+    let lead_ms = v.division_ms * needed as f64;
+    for c in v.obs.cells.iter().filter(|c| c.active) {
+        let (Some(f), Some(t)) = (c.figures, v.tracks.get(&c.id)) else {
+            continue;
+        };
+        let fill = fill(&f);
+        let racing = fill >= cfg.low_water && t.rate > 0.0 && {
+            let room = (evicts_at * f.limit as f64 - f.bytes as f64).max(0.0);
+            room / t.rate * 1000.0 <= lead_ms
+        };
+        let reason = if urgent {
+            if !racing {
+                continue;
+            }
+            format!(
+                "fill {} rising {:.0} kB/s: would evict within {} division(s) of {}",
+                pct(fill),
+                t.rate / 1000.0,
+                needed,
+                secs(v.division_ms as u64)
+            )
+        } else if t.evicting && fill >= cfg.low_water {
+            format!("evicting at fill {}", pct(fill))
+        } else if t
+            .above_since
+            .is_some_and(|s| now.saturating_sub(s) >= cfg.window_ms)
+        {
+            format!(
+                "fill {} >= {} for {}",
+                pct(fill),
+                pct(cfg.high_water),
+                secs(cfg.window_ms)
+            )
+        } else {
+            continue;
+        };
+        found.push((fill, &c.id, reason));
+    }
+    found.sort_by(|a, b| b.0.total_cmp(&a.0));
+    found.into_iter().map(|(_, c, r)| (c, r)).collect()
+}
+
+fn absorption(cfg: &PolicyConfig, v: &View<'_>) -> Option<Decision> {
+    let now = v.obs.now_ms;
+    let cells = v.obs.cells;
+    // An estimate needs every cell's figures; a silent cell is no time to shrink.
+    if cells.iter().any(|c| c.figures.is_none() || !c.active) {
+        return None;
+    }
+    // Nor is a ring whose data grows: a cell just divided off is below low water while it
+    // fills, and absorbing it would only set up the next division.
+    let growth: f64 = v.tracks.values().map(|t| t.rate).sum();
+    let largest = cells
+        .iter()
+        .filter_map(|c| c.figures)
+        .map(|f| f.limit)
+        .max();
+    let floor = cfg.steady_fill * largest.unwrap_or(0) as f64;
+    if growth * cfg.window_ms as f64 / 1000.0 > floor {
+        return None;
+    }
+    let mut best: Option<(f64, &CellReport, f64)> = None;
+    for (i, c) in cells.iter().enumerate() {
+        let (Some(f), Some(t)) = (c.figures, v.tracks.get(&c.id)) else {
+            continue;
+        };
+        let long_enough = t
+            .below_since
+            .is_some_and(|s| now.saturating_sub(s) >= cfg.window_ms);
+        if !c.provisioned || !long_enough {
+            continue;
+        }
+        let after = fullest_after_absorbing(cells, i, v.obs.replication_factor);
+        if after >= cfg.absorb_ceiling() {
+            continue;
+        }
+        let fill = fill(&f);
+        if best.as_ref().is_none_or(|(b, _, _)| fill < *b) {
+            best = Some((fill, c, after));
+        }
+    }
+    best.map(|(fill, c, after)| Decision::Absorb {
+        cell: c.id.clone(),
+        reason: format!(
+            "fill {} < {} for {}; fullest cell after: {}",
+            pct(fill),
+            pct(cfg.low_water),
+            secs(cfg.window_ms),
+            pct(after)
+        ),
+    })
+}
+
+/// The highest fill among the cells whose holdings grow once `cells[gone]` is absorbed by its
+/// successor: each cell holds its own range and backs up its `r - 1` predecessors', and the
+/// successor masters the departed cell's items as well as its own.
+fn fullest_after_absorbing(cells: &[CellReport], gone: usize, r: usize) -> f64 {
+    let n = cells.len();
+    if n < 2 {
+        return f64::INFINITY;
+    }
+    let master = |i: usize| cells[i].figures.map_or(0, |f| f.master_bytes);
+    // Bytes cell `order[j]` holds when the ring is `order` (masters, in ring order).
+    let held = |order: &[(usize, u64)], j: usize| -> u64 {
+        let m = order.len();
+        (0..r.clamp(1, m)).map(|k| order[(j + m - k) % m].1).sum()
+    };
+    let before: Vec<(usize, u64)> = (0..n).map(|i| (i, master(i))).collect();
+    // The ring without `gone`, from its successor on: the successor takes its share.
+    let after: Vec<(usize, u64)> = (1..n)
+        .map(|k| (gone + k) % n)
+        .map(|i| {
+            let extra = if i == (gone + 1) % n { master(gone) } else { 0 };
+            (i, master(i) + extra)
+        })
+        .collect();
+    (0..after.len())
+        .filter_map(|j| {
+            let i = after[j].0;
+            let now = held(&before, i);
+            let then = held(&after, j);
+            let limit = cells[i].figures.map_or(0, |f| f.limit);
+            (then > now).then(|| {
+                if limit == 0 {
+                    f64::INFINITY
+                } else {
+                    then as f64 / limit as f64
+                }
+            })
+        })
+        .fold(0.0, f64::max)
+}
+
+#[cfg(test)]
+mod tests;
