@@ -57,6 +57,13 @@ impl Drop for Cells {
     }
 }
 
+/// How long a test cell waits for others before giving a request up (below).
+const REQUEST_TIMEOUT_MS: &str = "10000";
+/// A forwarded request is answered within its deadline plus one more request timeout (the
+/// forward's watchdog): the client waits longer than that, so a slow reply on a starved
+/// machine is not mistaken for a hang.
+const CLIENT_WAIT: Duration = Duration::from_secs(30);
+
 /// A cell with autoscaling on: small memory, short clocks, its provisioned cells in
 /// `cells.dir`; `extra` flags and `env` on top.
 fn autoscaling_cell(cells: &Cells, extra: &[&str], env: &[(&str, &str)]) -> Server {
@@ -76,7 +83,7 @@ fn autoscaling_cell(cells: &Cells, extra: &[&str], env: &[(&str, &str)]) -> Serv
         ("CELLCACHE_CLUSTER__RAFT__ELECTION_TIMEOUT_MAX_MS", "3000"),
         ("CELLCACHE_CLUSTER__RING__HEARTBEAT_INTERVAL_MS", "250"),
         ("CELLCACHE_CLUSTER__RING__SUSPICION_TIMEOUT_MS", "3000"),
-        ("CELLCACHE_CLUSTER__REQUEST_TIMEOUT_MS", "10000"),
+        ("CELLCACHE_CLUSTER__REQUEST_TIMEOUT_MS", REQUEST_TIMEOUT_MS),
         ("CELLCACHE_CLUSTER__PEER_REPLY_TIMEOUT_MS", "20000"),
     ]);
     let mb = CELL_MB.to_string();
@@ -244,7 +251,7 @@ fn a_ring_grows_from_one_cell_to_many_and_back_to_one_losing_nothing() {
     let keys = 10 * CELL_MB * (1 << 20) / VALUE_BYTES;
     let per_sec = 400.0;
     let rec = Recorder::new();
-    let mut c = first.connect();
+    let mut c = first.connect().reply_timeout(CLIENT_WAIT);
     let started = Instant::now();
     let mut most = 1;
     let mut last_look = Instant::now();

@@ -491,6 +491,14 @@ impl Client {
         Client::to_stream(TcpStream::connect(addr).unwrap())
     }
 
+    /// Waits up to `timeout` for each reply from now on (a ring whose cells wait longer
+    /// than [`REPLY_TIMEOUT`] for each other before answering).
+    #[allow(dead_code)]
+    pub fn reply_timeout(self, timeout: Duration) -> Client {
+        self.stream.set_read_timeout(Some(timeout)).unwrap();
+        self
+    }
+
     fn to_stream(stream: TcpStream) -> Client {
         stream.set_read_timeout(Some(REPLY_TIMEOUT)).unwrap();
         stream.set_nodelay(true).unwrap();
