@@ -79,6 +79,8 @@ pub struct Ring {
     /// My backups under the installed map (cached: `can_serve` is on the request path).
     backups: Vec<CellId>,
     last_heartbeat_ms: Option<u64>,
+    /// When backups whose lease this cell lacks were last asked again (see `lease_retry_ms`).
+    last_lease_retry_ms: u64,
     /// Last ack per backup; a new successor starts with the time it became successor.
     last_ack_ms: BTreeMap<CellId, u64>,
     proposed: Vec<(Change, u64)>,
@@ -119,6 +121,7 @@ impl Ring {
             grants: BTreeMap::new(),
             backups: Vec::new(),
             last_heartbeat_ms: None,
+            last_lease_retry_ms: 0,
             last_ack_ms: BTreeMap::new(),
             proposed: Vec::new(),
             handoffs: BTreeMap::new(),
@@ -532,6 +535,26 @@ impl Ring {
                 self.outputs.push(Output::Send { to: b, message });
             }
         }
+        // Between heartbeats, a master missing a backup's lease for its range asks that
+        // backup again (the lease is what lets it serve a range it just took over).
+        let retry_due = now_ms
+            >= self
+                .last_lease_retry_ms
+                .saturating_add(self.config.lease_retry_ms);
+        if !due && retry_due {
+            let lacking = self.backups_without_lease(now_ms);
+            if !lacking.is_empty() {
+                self.last_lease_retry_ms = now_ms;
+            }
+            for b in lacking {
+                let message = RingMessage::Heartbeat {
+                    from: self.me.clone(),
+                    epoch: self.map.epoch(),
+                    sent_at_ms: now_ms,
+                };
+                self.outputs.push(Output::Send { to: b, message });
+            }
+        }
         let epoch = self.map.epoch();
         // Suspicion of the successor (each cell watches the next one).
         if let Some(successor) = self.backups.first().cloned() {
@@ -613,6 +636,22 @@ impl Ring {
             };
             self.propose(change, epoch, now_ms);
         }
+    }
+
+    /// The backups whose lease does not cover this cell's master range now.
+    fn backups_without_lease(&self, now_ms: u64) -> Vec<CellId> {
+        let Some(range) = self.map.cell(&self.me).and_then(|c| c.range) else {
+            return Vec::new();
+        };
+        self.backups
+            .iter()
+            .filter(|b| {
+                self.leases
+                    .get(*b)
+                    .is_none_or(|l| now_ms >= l.expires_ms || !l.range.covers(&range))
+            })
+            .cloned()
+            .collect()
     }
 
     fn propose(&mut self, change: Change, epoch: u64, now_ms: u64) {

@@ -28,6 +28,11 @@ pub enum RingMessageError {
 pub struct RingConfig {
     /// How often a cell heartbeats its backups (and so renews its leases).
     pub heartbeat_interval_ms: u64,
+    /// How often a master that lacks a backup's lease for its range asks again, between
+    /// heartbeats: after a division or absorption the grantor may not yet have the new map
+    /// or the release of the old master's lease, and waiting a whole heartbeat interval for
+    /// the next try stalls the moved range's clients that long.
+    pub lease_retry_ms: u64,
     /// Silence of the successor after which its fencing is proposed.
     pub suspicion_timeout_ms: u64,
     /// Lease length granted by a backup to its master.
@@ -54,6 +59,7 @@ impl Default for RingConfig {
     fn default() -> Self {
         RingConfig {
             heartbeat_interval_ms: 100,
+            lease_retry_ms: 10,
             // Detection within 1 s of a crash (measured in docs/failures.md, section 4):
             // 700 ms of silence, seven heartbeats, is well past a live cell's hiccups and
             // within raft's own election timeouts (400-800 ms).

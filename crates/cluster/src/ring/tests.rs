@@ -97,6 +97,39 @@ fn leases_make_masters_serve_and_expire_without_renewal() {
     assert!(!a.can_serve(0, cfg.lease_ms));
 }
 
+/// A master refused a lease (here: its backup's map not yet confirmed, as after a map
+/// change) asks again after `lease_retry_ms`, not at the next heartbeat.
+#[test]
+fn a_refused_lease_is_asked_for_again_before_the_next_heartbeat() {
+    let map = two_cells();
+    let cfg = RingConfig::default();
+    assert!(cfg.lease_retry_ms < cfg.heartbeat_interval_ms);
+    let mut a = Ring::new(id("1"), map.clone(), cfg, 0);
+    let mut b = Ring::new(id("2"), map, cfg, 0);
+    a.map_confirmed(3, 0);
+    a.tick(0);
+    exchange(&mut a, &mut b, 0);
+    assert!(!a.can_serve(0, 1), "the backup could not grant yet");
+    b.map_confirmed(3, 1);
+    let retry = cfg.lease_retry_ms;
+    a.tick(retry - 1);
+    exchange(&mut a, &mut b, retry - 1);
+    assert!(
+        !a.can_serve(0, retry - 1),
+        "not asked again before lease_retry_ms"
+    );
+    a.tick(retry);
+    exchange(&mut a, &mut b, retry);
+    assert!(
+        a.can_serve(0, retry + 1),
+        "asked again after lease_retry_ms"
+    );
+    // With the lease in hand, nothing more until the heartbeat.
+    a.drain_outputs();
+    a.tick(2 * retry);
+    assert!(sends(&a.drain_outputs()).is_empty());
+}
+
 #[test]
 fn silent_successor_is_proposed_for_fencing_not_removed() {
     let map = two_cells();
