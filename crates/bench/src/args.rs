@@ -223,7 +223,8 @@ pub struct BenchArgs {
 /// Subcommands of `cellcache bench`.
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum BenchCommand {
-    /// Draw latency-percentile and throughput plots (SVG and PNG) from JSON reports.
+    /// Draw latency-percentile and throughput plots, and per-second p99 and hit-ratio
+    /// timelines (SVG and PNG) from JSON reports.
     Plot(crate::plot::PlotArgs),
     /// Count how many items fit in a server before it evicts, and the implied overhead per item.
     Capacity(crate::capacity::CapacityArgs),

@@ -1,5 +1,7 @@
 //! Plots drawn from the tool's own JSON reports: a latency percentile spectrum and a
-//! throughput timeline, each as SVG and PNG.
+//! throughput timeline, each as SVG and PNG; for reports with a per-second timeline
+//! (`results.timeline`) also the p99 latency and the hit ratio second by second.
+//! `--mark` draws events (a point in time, or a span such as a division) on the timelines.
 //!
 //! Several reports can be drawn on the same axes (e.g. memcached and cellcache, or the three
 //! get ratios of a grid cell); each series is labelled with the report's label (its file stem
@@ -14,6 +16,10 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use crate::report::RunReport;
+
+mod timeline;
+pub use timeline::Mark;
+use timeline::{draw_hit_ratio, draw_marks, draw_p99_timeline, timeline_secs};
 
 /// Fonts tried, in order, when `--font` is not given (Debian: fonts-dejavu-core).
 pub const FONT_CANDIDATES: [&str; 4] = [
@@ -42,9 +48,13 @@ pub struct PlotArgs {
     /// TrueType font for the text.
     #[arg(long)]
     pub font: Option<PathBuf>,
-    /// Title above both plots.
+    /// Title above the plots.
     #[arg(long, default_value = "cellcache bench")]
     pub title: String,
+    /// An event to draw on the timelines: `LABEL=SECS` (a vertical line) or
+    /// `LABEL=FROM..TO` (a shaded span), in seconds of the measured phase; repeatable.
+    #[arg(long = "mark", value_parser = Mark::parse)]
+    pub marks: Vec<Mark>,
 }
 
 /// Entry point of `cellcache bench plot`.
@@ -67,7 +77,13 @@ pub fn run(args: PlotArgs) -> anyhow::Result<()> {
             parse_reports(&label, &text).with_context(|| format!("parsing {}", path.display()))?,
         );
     }
-    let written = render(&series, &args.out, args.font.as_deref(), &args.title)?;
+    let written = render_marked(
+        &series,
+        &args.out,
+        args.font.as_deref(),
+        &args.title,
+        &args.marks,
+    )?;
     for path in written {
         println!("{}", path.display());
     }
@@ -119,24 +135,49 @@ fn ensure_font(font: Option<&Path>) -> anyhow::Result<()> {
     outcome.clone().map_err(|e| anyhow!(e))
 }
 
-/// Draws both plots for `series` into `out` as SVG and PNG; returns the files written.
+/// Draws the plots for `series` into `out` as SVG and PNG; returns the files written.
 pub fn render(
     series: &[(String, RunReport)],
     out: &Path,
     font: Option<&Path>,
     title: &str,
 ) -> anyhow::Result<Vec<PathBuf>> {
+    render_marked(series, out, font, title, &[])
+}
+
+/// [`render`] with `marks` drawn on the timelines: `latency` and `throughput` always, and
+/// `latency_timeline` (p99 per second) and `hit_ratio` (per second) when a report has a
+/// per-second timeline (`hit_ratio` only when some get looked a key up).
+pub fn render_marked(
+    series: &[(String, RunReport)],
+    out: &Path,
+    font: Option<&Path>,
+    title: &str,
+    marks: &[Mark],
+) -> anyhow::Result<Vec<PathBuf>> {
     if series.is_empty() {
         bail!("nothing to plot");
     }
     ensure_font(font)?;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let mut names = vec![Chart::Latency, Chart::Throughput];
+    if series.iter().any(|(_, r)| !r.results.timeline.is_empty()) {
+        names.push(Chart::LatencyTimeline);
+        if series
+            .iter()
+            .flat_map(|(_, r)| &r.results.timeline)
+            .any(|s| s.hit_ratio().is_some())
+        {
+            names.push(Chart::HitRatio);
+        }
+    }
     let mut written = Vec::new();
-    for name in ["latency", "throughput"] {
+    for chart in names {
+        let name = chart.file_stem();
         let svg = out.join(format!("{name}.svg"));
         {
             let area = SVGBackend::new(&svg, PLOT_SIZE).into_drawing_area();
-            draw_named(name, &area, series, title)?;
+            draw_chart(chart, &area, series, title, marks)?;
             area.present()
                 .map_err(|e| anyhow!("writing {}: {e}", svg.display()))?;
         }
@@ -144,7 +185,7 @@ pub fn render(
         let png = out.join(format!("{name}.png"));
         {
             let area = BitMapBackend::new(&png, PLOT_SIZE).into_drawing_area();
-            draw_named(name, &area, series, title)?;
+            draw_chart(chart, &area, series, title, marks)?;
             area.present()
                 .map_err(|e| anyhow!("writing {}: {e}", png.display()))?;
         }
@@ -153,19 +194,51 @@ pub fn render(
     Ok(written)
 }
 
-fn draw_named<DB: DrawingBackend>(
-    name: &str,
+/// The charts `render_marked` draws.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Chart {
+    Latency,
+    Throughput,
+    LatencyTimeline,
+    HitRatio,
+}
+
+impl Chart {
+    fn file_stem(self) -> &'static str {
+        match self {
+            Chart::Latency => "latency",
+            Chart::Throughput => "throughput",
+            Chart::LatencyTimeline => "latency_timeline",
+            Chart::HitRatio => "hit_ratio",
+        }
+    }
+}
+
+fn draw_chart<DB: DrawingBackend>(
+    chart: Chart,
     area: &DrawingArea<DB, Shift>,
     series: &[(String, RunReport)],
     title: &str,
+    marks: &[Mark],
 ) -> anyhow::Result<()>
 where
     DB::ErrorType: 'static,
 {
-    if name == "latency" {
-        draw_latency(area, series, title)
+    match chart {
+        Chart::Latency => draw_latency(area, series, title),
+        Chart::Throughput => draw_throughput(area, series, title, marks),
+        Chart::LatencyTimeline => draw_p99_timeline(area, series, title, marks),
+        Chart::HitRatio => draw_hit_ratio(area, series, title, marks),
+    }
+}
+
+/// How much of second `second` the measured phase covered: 1 for every second but the last
+/// of a timeline of `len` seconds, whose share is what `measured_secs` reaches into it.
+fn covered(second: usize, len: usize, measured_secs: f64) -> f64 {
+    if second + 1 == len {
+        (measured_secs - second as f64).clamp(0.0, 1.0)
     } else {
-        draw_throughput(area, series, title)
+        1.0
     }
 }
 
@@ -174,16 +247,11 @@ where
 /// sliver under [`PARTIAL_BUCKET_MIN`] of a second (drain stragglers) is left out rather than
 /// drawn as a collapse to zero.
 fn timeline_points(timeline: &[u64], measured_secs: f64) -> Vec<(f64, f64)> {
-    let last = timeline.len().saturating_sub(1);
     timeline
         .iter()
         .enumerate()
         .filter_map(|(second, &count)| {
-            let covered = if second == last {
-                (measured_secs - second as f64).clamp(0.0, 1.0)
-            } else {
-                1.0
-            };
+            let covered = covered(second, timeline.len(), measured_secs);
             (covered >= PARTIAL_BUCKET_MIN)
                 .then(|| (second as f64 + covered / 2.0, count as f64 / covered))
         })
@@ -287,18 +355,14 @@ fn draw_throughput<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     series: &[(String, RunReport)],
     title: &str,
+    marks: &[Mark],
 ) -> anyhow::Result<()>
 where
     DB::ErrorType: 'static,
 {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("drawing: {e:?}");
     area.fill(&WHITE).map_err(err)?;
-    let secs = series
-        .iter()
-        .map(|(_, r)| r.results.timeline_rps.len())
-        .max()
-        .unwrap_or(0)
-        .max(1);
+    let secs = timeline_secs(series, marks);
     let peak = series
         .iter()
         .flat_map(|(_, r)| r.results.timeline_rps.iter().copied())
@@ -310,7 +374,7 @@ where
         .margin(15)
         .x_label_area_size(45)
         .y_label_area_size(80)
-        .build_cartesian_2d(0.0..secs as f64, 0.0..peak as f64 * 1.15)
+        .build_cartesian_2d(0.0..secs, 0.0..peak as f64 * 1.15)
         .map_err(err)?;
     chart
         .configure_mesh()
@@ -319,6 +383,7 @@ where
         .y_label_formatter(&|rps| format!("{rps:.0}"))
         .draw()
         .map_err(err)?;
+    draw_marks(&mut chart, marks, (0.0, peak as f64 * 1.15))?;
     for (i, (label, report)) in series.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
         let points = timeline_points(&report.results.timeline_rps, report.results.measured_secs);

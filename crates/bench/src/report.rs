@@ -155,9 +155,72 @@ pub struct Results {
     pub late_sends_generator: u64,
     pub warmup_sent: u64,
     pub connections_failed: u64,
+    /// Wall-clock time (seconds since the Unix epoch, fractional) at which the measured phase
+    /// began; second `i` of the timelines covers `[this + i, this + i + 1)`. 0 in reports
+    /// made before the field existed.
+    #[serde(default)]
+    pub measure_started_unix_secs: f64,
     /// Replies per second, second by second, over the measured phase.
     pub timeline_rps: Vec<u64>,
+    /// Second by second over the measured phase (at most
+    /// [`crate::stats::TIMELINE_DETAIL_SECONDS_MAX`] entries): counts and latency of what
+    /// completed in that second. Empty in reports made before the field existed.
+    #[serde(default)]
+    pub timeline: Vec<SecondReport>,
     pub generator: GeneratorReport,
+}
+
+/// One whole second of the measured phase, all operation kinds together.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SecondReport {
+    /// Index of the second: it covers `[second, second + 1)` s after measurement began.
+    pub second: u64,
+    /// Replies completed in this second.
+    pub replies: u64,
+    /// Errors counted in this second (an error reply or a lost connection when seen; a
+    /// request unanswered at the end of the drain, at the drain's end).
+    pub errors: u64,
+    /// Keys found and not found by the gets completed in this second.
+    pub hits: u64,
+    pub misses: u64,
+    /// Open loop: requests intended in this second and sent late, and the part of those late
+    /// by the generator's own lag (a second whose latency rose with many of these measured
+    /// the generator as much as the server).
+    pub late_sends: u64,
+    pub late_sends_generator: u64,
+    /// Latency of the replies completed in this second, in microseconds, from a histogram
+    /// of two significant digits; `null` for a second without replies.
+    pub p50_us: Option<f64>,
+    pub p99_us: Option<f64>,
+    pub max_us: Option<f64>,
+}
+
+impl SecondReport {
+    /// hits / (hits + misses), or `None` when no key was looked up in this second.
+    pub fn hit_ratio(&self) -> Option<f64> {
+        let looked_up = self.hits + self.misses;
+        (looked_up > 0).then(|| self.hits as f64 / looked_up as f64)
+    }
+}
+
+/// The report's per-second timeline from the merged per-second statistics.
+pub fn timeline(seconds: &[crate::stats::SecondStats]) -> Vec<SecondReport> {
+    seconds
+        .iter()
+        .enumerate()
+        .map(|(i, s)| SecondReport {
+            second: i as u64,
+            replies: s.replies,
+            errors: s.errors,
+            hits: s.hits,
+            misses: s.misses,
+            late_sends: s.late_sends,
+            late_sends_generator: s.late_sends_generator,
+            p50_us: s.latency.quantile_us(0.50),
+            p99_us: s.latency.quantile_us(0.99),
+            max_us: s.latency.max_us(),
+        })
+        .collect()
 }
 
 /// A complete, self-describing run report.
@@ -226,7 +289,9 @@ pub fn results(engine: &EngineResult) -> Results {
         late_sends_generator: engine.stats.late_sends_generator,
         warmup_sent: engine.stats.warmup_sent,
         connections_failed: engine.connections_failed,
+        measure_started_unix_secs: engine.measure_started_unix_secs,
         timeline_rps: engine.stats.timeline.clone(),
+        timeline: timeline(&engine.stats.seconds),
         generator: GeneratorReport {
             cpu_secs: engine.generator_cpu_secs,
             busiest_thread_utilization: utilization,
@@ -363,5 +428,58 @@ impl RunReport {
             }
         );
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::ThreadStats;
+
+    #[test]
+    fn timeline_reports_each_second_and_hit_ratio() {
+        let mut t = ThreadStats::default();
+        t.reply_at(0, 100_000, 3, 1);
+        t.error_at(OpKind::Set, "timeout", 1_500_000_000);
+        let seconds = timeline(&t.seconds);
+        assert_eq!(seconds.len(), 2);
+        assert_eq!(
+            seconds[0],
+            SecondReport {
+                second: 0,
+                replies: 1,
+                errors: 0,
+                hits: 3,
+                misses: 1,
+                late_sends: 0,
+                late_sends_generator: 0,
+                p50_us: Some(100.0),
+                p99_us: Some(100.0),
+                max_us: Some(100.0),
+            }
+        );
+        assert_eq!(seconds[0].hit_ratio(), Some(0.75));
+        assert_eq!(seconds[1].second, 1);
+        assert_eq!(seconds[1].errors, 1);
+        assert_eq!((seconds[1].p99_us, seconds[1].hit_ratio()), (None, None));
+        let json = serde_json::to_value(&seconds[1]).unwrap();
+        assert!(json["p99_us"].is_null(), "{json}");
+    }
+
+    #[test]
+    fn reports_without_the_timeline_still_parse() {
+        let mut results = serde_json::to_value(Results {
+            timeline_rps: vec![5, 6],
+            ..Results::default()
+        })
+        .unwrap();
+        let obj = results.as_object_mut().unwrap();
+        assert!(obj.contains_key("timeline") && obj.contains_key("measure_started_unix_secs"));
+        obj.remove("timeline");
+        obj.remove("measure_started_unix_secs");
+        let old: Results = serde_json::from_value(results).unwrap();
+        assert_eq!(old.timeline_rps, vec![5, 6]);
+        assert!(old.timeline.is_empty());
+        assert_eq!(old.measure_started_unix_secs, 0.0);
     }
 }

@@ -102,6 +102,32 @@ fn check_accounting(report: &cellcache_bench::report::RunReport) {
         r.all.replies,
         "the timeline counts every reply"
     );
+    // The per-second timeline accounts for every reply, error and key looked up, and each
+    // second with replies has its latencies.
+    let sum = |f: fn(&cellcache_bench::report::SecondReport) -> u64| -> u64 {
+        r.timeline.iter().map(f).sum()
+    };
+    assert_eq!(sum(|s| s.replies), r.all.replies, "timeline replies");
+    assert_eq!(sum(|s| s.errors), r.all.errors, "timeline errors");
+    assert_eq!(sum(|s| s.hits), r.all.hits, "timeline hits");
+    assert_eq!(sum(|s| s.misses), r.all.misses, "timeline misses");
+    assert_eq!(sum(|s| s.late_sends), r.late_sends, "timeline late sends");
+    assert_eq!(
+        sum(|s| s.late_sends_generator),
+        r.late_sends_generator,
+        "timeline late sends by the generator"
+    );
+    for (i, s) in r.timeline.iter().enumerate() {
+        assert_eq!(s.second, i as u64);
+        assert_eq!(s.p99_us.is_some(), s.replies > 0, "second {i}");
+        if let (Some(p50), Some(p99), Some(max)) = (s.p50_us, s.p99_us, s.max_us) {
+            assert!(p50 <= p99 && p99 <= max, "second {i}: {s:?}");
+        }
+    }
+    assert!(
+        r.measure_started_unix_secs > 1.0e9,
+        "the measured phase's wall-clock start"
+    );
 }
 
 #[test]
@@ -318,6 +344,7 @@ fn compare_runs_memcached_against_itself() {
         out: dir.clone(),
         font: None,
         title: "compare".into(),
+        marks: Vec::new(),
     })
     .expect("plotting needs a TrueType font: `apt-get install fonts-dejavu-core`");
     let svg = std::fs::read_to_string(dir.join("throughput.svg")).unwrap();

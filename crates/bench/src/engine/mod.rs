@@ -156,6 +156,10 @@ pub struct Progress {
 #[derive(Debug, Clone)]
 pub struct EngineResult {
     pub stats: ThreadStats,
+    /// Wall-clock time (seconds since the Unix epoch) at which the measured phase began:
+    /// the run's clock start plus the warm-up. Second `i` of the timelines is
+    /// `[start + i, start + i + 1)`.
+    pub measure_started_unix_secs: f64,
     /// Length of the measured phase: from its start to the last measured reply.
     pub measured_secs: f64,
     /// Wall time of the whole run, warm-up and drain included.
@@ -247,6 +251,9 @@ pub fn run(
     // All threads connect, then start the clock together so their schedules line up.
     barrier.wait();
     let epoch = Instant::now();
+    let epoch_unix_secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
     let _ = epoch_cell.set(epoch);
     barrier.wait();
     let mut merged = ThreadStats::default();
@@ -275,6 +282,7 @@ pub fn run(
     };
     Ok(EngineResult {
         stats: merged,
+        measure_started_unix_secs: epoch_unix_secs + config.warmup.as_secs_f64(),
         measured_secs,
         wall_secs: wall,
         generator_cpu_secs: cpu_ns as f64 / 1e9,

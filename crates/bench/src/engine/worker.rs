@@ -82,6 +82,8 @@ pub(super) struct Worker {
     cursor: usize,
     measure_start_ns: u64,
     issue_end_ns: u64,
+    /// The run's clock at the event loop's last turn, in nanoseconds.
+    clock_ns: u64,
     connections_failed: u64,
     completed: u64,
     /// Open loop on Linux: wakes the poll just before the next arrival.
@@ -118,6 +120,7 @@ impl Worker {
             cursor: 0,
             measure_start_ns,
             issue_end_ns,
+            clock_ns: 0,
             connections_failed: 0,
             completed: 0,
             #[cfg(target_os = "linux")]
@@ -232,6 +235,7 @@ impl Worker {
         let mut drain_deadline: Option<u64> = None;
         loop {
             let now = now_ns();
+            self.clock_ns = now;
             let issuing =
                 drain_deadline.is_none() && now < self.issue_end_ns && self.quota != Some(0);
             if issuing {
@@ -448,10 +452,8 @@ impl Worker {
             if self.config.mode != LoadMode::Closed
                 && now.saturating_sub(intended) > self.config.late_threshold.as_nanos() as u64
             {
-                self.stats.late_sends += 1;
-                if !from_backlog {
-                    self.stats.late_sends_generator += 1;
-                }
+                self.stats
+                    .late_send_at(intended - self.measure_start_ns, !from_backlog);
             }
             if let (Some(q), LoadMode::Closed) = (self.quota.as_mut(), self.config.mode) {
                 *q -= 1;
@@ -662,19 +664,29 @@ impl Worker {
             return;
         }
         let since_start = now.saturating_sub(self.measure_start_ns);
+        let latency = latency_ns(req.intended_ns, now);
         let stats = self.stats.op(req.op);
+        let (mut hits, mut misses) = (0, 0);
         match outcome {
-            Outcome::Error(kind) => return self.stats.error(req.op, kind),
-            Outcome::Hits(hits) => {
-                stats.hits += hits as u64;
-                stats.misses += u64::from(req.keys).saturating_sub(hits as u64);
+            Outcome::Error(kind) => return self.stats.error_at(req.op, kind, since_start),
+            Outcome::Hits(found) => {
+                hits = found as u64;
+                misses = u64::from(req.keys).saturating_sub(hits);
+                stats.hits += hits;
+                stats.misses += misses;
             }
             Outcome::Stored => {}
             Outcome::NotStored => stats.not_stored += 1,
         }
         stats.replies += 1;
-        stats.latency.record(latency_ns(req.intended_ns, now));
-        self.stats.tick(since_start);
+        stats.latency.record(latency);
+        self.stats.reply_at(since_start, latency, hits, misses);
+    }
+
+    /// Nanoseconds since measurement began, as of the event loop's last turn (0 during
+    /// warm-up): when an error found outside a reply is counted in the timeline.
+    fn since_start(&self) -> u64 {
+        self.clock_ns.saturating_sub(self.measure_start_ns)
     }
 
     /// Marks connection `i` dead and counts everything it had in flight as errors of `kind`.
@@ -686,21 +698,23 @@ impl Worker {
         conn.alive = false;
         self.connections_failed += 1;
         let lost: Vec<InFlight> = conn.in_flight.drain(..).collect();
+        let since_start = self.since_start();
         for req in lost {
             if req.measured {
                 self.completed += 1;
-                self.stats.error(req.op, kind);
+                self.stats.error_at(req.op, kind, since_start);
             }
         }
     }
 
     /// End of the run: whatever is still unanswered is a timeout; backlog never sent is dropped.
     fn finish_drain(&mut self) {
+        let since_start = self.since_start();
         for i in 0..self.conns.len() {
             let lost: Vec<InFlight> = self.conns[i].in_flight.drain(..).collect();
             for req in lost {
                 if req.measured {
-                    self.stats.error(req.op, "timeout");
+                    self.stats.error_at(req.op, "timeout", since_start);
                 }
             }
         }
