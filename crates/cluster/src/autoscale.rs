@@ -25,7 +25,17 @@
 //!    up to less than `steady_fill` of a cell's memory per window) — and only if every cell would stay below the middle of the two
 //!    watermarks once its successor took the range over (hysteresis: an absorption never
 //!    sets up the next division).
-//! 4. A decision whose change does not appear within `join_timeout_ms` has failed (the
+//! 4. **Balance** (SPEC E3), when nothing else is to do: two Active neighbours whose master
+//!    bytes have stayed skewed — the heavier holds more than `1 + balance_skew` times the
+//!    lighter's, and at least `balance_min_fill` of its memory more — for `window_ms`, in a
+//!    ring of more cells than copies (below that every cell holds everything), move the
+//!    boundary between them: the heavier gives the end of its range next to the lighter,
+//!    the share of it that evens their master bytes out (key hashes are uniform, so bytes
+//!    spread evenly over a range). A move changes the holdings of the giver's and
+//!    receiver's successors too, so it is made only if every cell whose holdings grow stays
+//!    below `high_water`, or no fuller than the ring's fullest cell is now (so a move never
+//!    sets up a division). `balance_skew = 0` turns it off.
+//! 5. A decision whose change does not appear within `join_timeout_ms` has failed (the
 //!    driver says so with [`Autoscaler::failed`], or the timeout does it): the next attempt
 //!    waits `retry_backoff_ms`, doubled per consecutive failure up to `retry_backoff_max_ms`.
 
@@ -62,6 +72,12 @@ pub struct PolicyConfig {
     /// cell's memory per window. A smoothed rate decays towards zero but never reaches it
     /// (the last hand-off's growth would otherwise block every absorption for good).
     pub steady_fill: f64,
+    /// Neighbours count as skewed when the heavier masters more than `1 + balance_skew`
+    /// times the lighter's bytes (0: never balance).
+    pub balance_skew: f64,
+    /// ... and at least this fraction of its memory more: smaller differences are not worth
+    /// a move.
+    pub balance_min_fill: f64,
 }
 
 impl Default for PolicyConfig {
@@ -78,6 +94,8 @@ impl Default for PolicyConfig {
             retry_backoff_ms: 5_000,
             retry_backoff_max_ms: 120_000,
             steady_fill: 0.01,
+            balance_skew: 0.5,
+            balance_min_fill: 0.05,
         }
     }
 }
@@ -91,6 +109,10 @@ pub enum PolicyConfigError {
     Cells { min: usize, max: usize },
     #[error("autoscale steady_fill ({0}) must be at least 0 and below low_water")]
     SteadyFill(f64),
+    #[error(
+        "autoscale balance_skew ({skew}) must be at least 0 and balance_min_fill ({min}) within [0, 1]"
+    )]
+    Balance { skew: f64, min: f64 },
 }
 
 impl PolicyConfig {
@@ -107,6 +129,10 @@ impl PolicyConfig {
         }
         if !(self.steady_fill >= 0.0 && self.steady_fill < low) {
             return Err(PolicyConfigError::SteadyFill(self.steady_fill));
+        }
+        let (skew, min) = (self.balance_skew, self.balance_min_fill);
+        if !(skew >= 0.0 && skew.is_finite() && (0.0..=1.0).contains(&min)) {
+            return Err(PolicyConfigError::Balance { skew, min });
         }
         Ok(())
     }
@@ -131,7 +157,7 @@ pub struct Figures {
 }
 
 /// One cell of the map, in ring order, as the decider sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CellReport {
     pub id: CellId,
     /// Active (serving a range); joining and leaving cells are neither divided nor absorbed.
@@ -140,6 +166,8 @@ pub struct CellReport {
     pub provisioned: bool,
     /// `None`: it did not answer this round.
     pub figures: Option<Figures>,
+    /// The fraction of the hash ring it masters (0 unless Active), from the map.
+    pub share: f64,
 }
 
 /// One sample of the whole ring.
@@ -163,17 +191,29 @@ pub enum Decision {
     Divide { cell: CellId, reason: String },
     /// Begin `cell`'s absorption by its successor; its provisioner stops it once it is gone.
     Absorb { cell: CellId, reason: String },
+    /// Move `share` (0 to 1, exclusive) of `cell`'s range, the end next to its neighbour
+    /// `to`, to `to` (a shift).
+    Balance {
+        cell: CellId,
+        to: CellId,
+        share: f64,
+        reason: String,
+    },
 }
 
 impl Decision {
     pub fn cell(&self) -> &CellId {
         match self {
-            Decision::Divide { cell, .. } | Decision::Absorb { cell, .. } => cell,
+            Decision::Divide { cell, .. }
+            | Decision::Absorb { cell, .. }
+            | Decision::Balance { cell, .. } => cell,
         }
     }
     pub fn reason(&self) -> &str {
         match self {
-            Decision::Divide { reason, .. } | Decision::Absorb { reason, .. } => reason,
+            Decision::Divide { reason, .. }
+            | Decision::Absorb { reason, .. }
+            | Decision::Balance { reason, .. } => reason,
         }
     }
 }
@@ -212,6 +252,8 @@ struct Pending {
     /// The cells of the map when it was made, and those it involves.
     cells_then: Vec<CellId>,
     involved: BTreeSet<CellId>,
+    /// The share of the ring the decision's cell mastered when it was made.
+    share_then: f64,
 }
 
 impl Pending {
@@ -232,6 +274,11 @@ impl Pending {
                 })
             }
             Decision::Absorb { cell, .. } => !obs.cells.iter().any(|c| &c.id == cell),
+            // A shift is seen through once its giver masters less of the ring.
+            Decision::Balance { cell, .. } => {
+                let now = obs.cells.iter().find(|c| &c.id == cell).map(|c| c.share);
+                now.is_some_and(|s| s < self.share_then)
+            }
         }
     }
 }
@@ -250,6 +297,8 @@ pub struct Autoscaler {
     retry_at_ms: u64,
     /// What a division took, smoothed over those seen through.
     division_ms: f64,
+    /// Since when each pair of neighbours (giver, receiver) has been skewed (continuously).
+    skewed_since: BTreeMap<(CellId, CellId), u64>,
 }
 
 impl Autoscaler {
@@ -263,6 +312,7 @@ impl Autoscaler {
             failures: 0,
             retry_at_ms: 0,
             division_ms,
+            skewed_since: BTreeMap::new(),
         }
     }
 
@@ -291,6 +341,7 @@ impl Autoscaler {
     pub fn reset(&mut self) {
         self.tracks.clear();
         self.pending.clear();
+        self.skewed_since.clear();
     }
 
     /// The driver could not carry out the decision about `cell` (the provisioner failed,
@@ -328,6 +379,11 @@ impl Autoscaler {
                 at_ms: obs.now_ms,
                 cells_then: obs.cells.iter().map(|c| c.id.clone()).collect(),
                 involved: ring.involved(d, obs.replication_factor),
+                share_then: obs
+                    .cells
+                    .iter()
+                    .find(|c| c.id == *d.cell())
+                    .map_or(0.0, |c| c.share),
             });
         }
         step.decisions = decisions;
@@ -394,6 +450,14 @@ impl Autoscaler {
             }
             t.last = Some((now, f.bytes, f.evictions));
         }
+        let skewed: BTreeSet<(CellId, CellId)> = skewed_pairs(&self.config, obs)
+            .into_iter()
+            .map(|s| (s.giver.clone(), s.receiver.clone()))
+            .collect();
+        self.skewed_since.retain(|pair, _| skewed.contains(pair));
+        for pair in skewed {
+            self.skewed_since.entry(pair).or_insert(now);
+        }
         step
     }
 
@@ -410,7 +474,9 @@ impl Autoscaler {
             planned: self.pending.iter().fold(0, |n, p| match p.decision {
                 Decision::Divide { .. } => n + 1,
                 Decision::Absorb { .. } => n - 1,
+                Decision::Balance { .. } => n,
             }),
+            skewed_since: &self.skewed_since,
         }
     }
 }
@@ -426,6 +492,7 @@ struct View<'a> {
     division_ms: f64,
     /// Cells the pending decisions will add (negative: remove).
     planned: i64,
+    skewed_since: &'a BTreeMap<(CellId, CellId), u64>,
 }
 
 /// The Active cells in ring order, to name the cells a change involves as the map does
@@ -471,6 +538,12 @@ impl<'a> Ring<'a> {
             Decision::Absorb { cell, .. } => {
                 out.extend(self.around(cell, r - 1, false));
                 out.extend(self.around(cell, r, true));
+            }
+            // As `change::begin_shift`: both cells and the `r - 1` cells after each.
+            Decision::Balance { cell, to, .. } => {
+                out.insert(to.clone());
+                out.extend(self.around(cell, r - 1, true));
+                out.extend(self.around(to, r - 1, true));
             }
         }
         out
@@ -532,10 +605,137 @@ fn decide(cfg: &PolicyConfig, v: View<'_>, locked: &mut BTreeSet<CellId>) -> Vec
             reason,
         }];
     }
-    if active > cfg.min_cells as i64 {
-        return absorption(cfg, &v).into_iter().collect();
+    if active > cfg.min_cells as i64
+        && let Some(d) = absorption(cfg, &v)
+    {
+        return vec![d];
     }
-    Vec::new()
+    balance(cfg, &v).into_iter().collect()
+}
+
+/// Two neighbours whose master bytes are skewed (see the module docs, rule 4).
+struct Skew<'a> {
+    giver: &'a CellId,
+    receiver: &'a CellId,
+    /// Of the giver's range: what evens the two out.
+    share: f64,
+    /// Master bytes of both.
+    bytes: (u64, u64),
+    /// Index of the giver in the sample, and whether the receiver is its successor.
+    at: usize,
+    up: bool,
+}
+
+/// The skewed pairs of neighbours in a sample (every cell reporting, and more cells than
+/// copies).
+fn skewed_pairs<'a>(cfg: &PolicyConfig, obs: &Observation<'a>) -> Vec<Skew<'a>> {
+    let cells = obs.cells;
+    let n = cells.len();
+    if cfg.balance_skew <= 0.0
+        || n <= obs.replication_factor.max(1)
+        || cells.iter().any(|c| !c.active || c.figures.is_none())
+    {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for i in 0..n {
+        let j = (i + 1) % n;
+        let (Some(a), Some(b)) = (cells[i].figures, cells[j].figures) else {
+            continue;
+        };
+        let (giver, receiver, up) = if a.master_bytes >= b.master_bytes {
+            (i, j, true)
+        } else {
+            (j, i, false)
+        };
+        let (heavy, light) = (
+            a.master_bytes.max(b.master_bytes),
+            a.master_bytes.min(b.master_bytes),
+        );
+        let limit = cells[giver].figures.map_or(0, |f| f.limit);
+        let skewed = heavy as f64 > (1.0 + cfg.balance_skew) * light as f64
+            && (heavy - light) as f64 >= cfg.balance_min_fill * limit as f64;
+        if skewed && heavy > 0 {
+            out.push(Skew {
+                giver: &cells[giver].id,
+                receiver: &cells[receiver].id,
+                share: (heavy - light) as f64 / (2.0 * heavy as f64),
+                bytes: (heavy, light),
+                at: giver,
+                up,
+            });
+        }
+    }
+    out
+}
+
+fn balance(cfg: &PolicyConfig, v: &View<'_>) -> Option<Decision> {
+    let now = v.obs.now_ms;
+    let r = v.obs.replication_factor;
+    let mut best: Option<(u64, Skew<'_>)> = None;
+    for s in skewed_pairs(cfg, v.obs) {
+        let since = v.skewed_since.get(&(s.giver.clone(), s.receiver.clone()));
+        if !since.is_some_and(|t| now.saturating_sub(*t) >= cfg.window_ms) {
+            continue;
+        }
+        // Never set up a division: the move keeps every cell whose holdings grow below high
+        // water, or at least no fuller than the ring's fullest cell now.
+        let fullest_now = v
+            .obs
+            .cells
+            .iter()
+            .filter_map(|c| c.figures.as_ref().map(fill))
+            .fold(0.0, f64::max);
+        let after = fullest_after_shift(v.obs.cells, &s, r);
+        if after >= cfg.high_water && after > fullest_now {
+            continue;
+        }
+        let gap = s.bytes.0 - s.bytes.1;
+        if best.as_ref().is_none_or(|(g, _)| gap > *g) {
+            best = Some((gap, s));
+        }
+    }
+    best.map(|(_, s)| Decision::Balance {
+        cell: s.giver.clone(),
+        to: s.receiver.clone(),
+        share: s.share,
+        reason: format!(
+            "masters {} kB vs its neighbour's {} kB for {}: moving {} of its range",
+            s.bytes.0 / 1000,
+            s.bytes.1 / 1000,
+            secs(cfg.window_ms),
+            pct(s.share)
+        ),
+    })
+}
+
+/// The highest fill among the cells whose holdings grow through shift `s`.
+fn fullest_after_shift(cells: &[CellReport], s: &Skew<'_>, r: usize) -> f64 {
+    let n = cells.len();
+    let master = |i: usize| cells[i].figures.map_or(0, |f| f.master_bytes);
+    let moved = (master(s.at) as f64 * s.share) as u64;
+    let receiver = if s.up {
+        (s.at + 1) % n
+    } else {
+        (s.at + n - 1) % n
+    };
+    let before: Vec<u64> = (0..n).map(master).collect();
+    let mut after = before.clone();
+    after[s.at] -= moved.min(after[s.at]);
+    after[receiver] += moved;
+    let held =
+        |m: &[u64], i: usize| -> u64 { (0..r.clamp(1, n)).map(|k| m[(i + n - k) % n]).sum() };
+    (0..n)
+        .filter(|&i| held(&after, i) > held(&before, i))
+        .map(|i| {
+            let limit = cells[i].figures.map_or(0, |f| f.limit);
+            if limit == 0 {
+                f64::INFINITY
+            } else {
+                held(&after, i) as f64 / limit as f64
+            }
+        })
+        .fold(0.0, f64::max)
 }
 
 /// Cells that should divide, fullest first: those racing eviction (`urgent`), or else

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::id::{CellId, IdError};
 use crate::map::{AbsorptionReason, Cell, CellAddress, CellState, ClusterMap, MapError, Migration};
-use crate::range::RangeError;
+use crate::range::{HashRange, RangeError};
 
 /// One map transition.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -59,6 +59,26 @@ pub enum Change {
     CompleteAbsorption {
         /// The absorbed cell.
         departed: CellId,
+    },
+    /// Balancing: `range`, one end of `from`'s range, will move to its Active neighbour `to`
+    /// (see [`Migration::Shift`]); `from` streams it to the cells that will hold it.
+    BeginShift {
+        /// The cell giving part of its range away.
+        from: CellId,
+        /// The neighbour taking it.
+        to: CellId,
+        /// The part that moves: an end of `from`'s range, not all of it.
+        range: HashRange,
+    },
+    /// The shift's copies are in place: `to` masters the range from this epoch.
+    CompleteShift {
+        /// The giving cell.
+        from: CellId,
+    },
+    /// The shift is abandoned (a target fell silent or it took too long); nothing moved.
+    AbortShift {
+        /// The giving cell.
+        from: CellId,
     },
     /// Declare a cell dead wherever it is in its life cycle: an Active cell is absorbed as
     /// crashed (ending, in the same change, any migration its absorption overlaps), a Joining
@@ -135,6 +155,11 @@ pub fn apply(map: &ClusterMap, proposal: &Proposal) -> Result<ClusterMap, Change
             begin_absorption(&mut next, departed, *reason)?
         }
         Change::CompleteAbsorption { departed } => complete_absorption(&mut next, departed)?,
+        Change::BeginShift { from, to, range } => begin_shift(&mut next, from, to, range)?,
+        Change::CompleteShift { from } => complete_shift(&mut next, from)?,
+        Change::AbortShift { from } => {
+            take_shift(&mut next, from)?;
+        }
         Change::Fence { cell } => fence(&mut next, cell)?,
     }
     next.epoch += 1;
@@ -363,6 +388,78 @@ fn complete_absorption(map: &mut ClusterMap, departed: &CellId) -> Result<(), Ch
     Ok(())
 }
 
+/// The cells holding a copy of a range mastered by `master`: it and its `r - 1` successors.
+fn holders(map: &ClusterMap, master: &CellId) -> BTreeSet<CellId> {
+    let r = usize::from(map.replication_factor);
+    let mut out: BTreeSet<CellId> = successors(map, master, r - 1).into_iter().collect();
+    out.insert(master.clone());
+    out
+}
+
+fn begin_shift(
+    map: &mut ClusterMap,
+    from: &CellId,
+    to: &CellId,
+    range: &HashRange,
+) -> Result<(), ChangeError> {
+    for id in [from, to] {
+        expect_state(cell_in(map, id)?, CellState::Active, "Active")?;
+    }
+    let before = holders(map, from);
+    let after = holders(map, to);
+    let targets: Vec<CellId> = after.difference(&before).cloned().collect();
+    let involved: BTreeSet<CellId> = before.union(&after).cloned().collect();
+    refuse_overlap(map, &involved)?;
+    map.migrations.push(Migration::Shift {
+        from: from.clone(),
+        to: to.clone(),
+        range: *range,
+        targets,
+        involved,
+    });
+    // `validate` (run on every result) checks that `range` is a strict end of `from`'s
+    // range on `to`'s side.
+    Ok(())
+}
+
+/// Removes `from`'s shift from the in-flight migrations: `(to, range)`.
+fn take_shift(map: &mut ClusterMap, from: &CellId) -> Result<(CellId, HashRange), ChangeError> {
+    let m = take_migration(
+        map,
+        |m| matches!(m, Migration::Shift { from: f, .. } if f == from),
+        from,
+    )?;
+    match m {
+        Migration::Shift { to, range, .. } => Ok((to, range)),
+        _ => Err(ChangeError::UnknownCell(from.clone())),
+    }
+}
+
+fn complete_shift(map: &mut ClusterMap, from: &CellId) -> Result<(), ChangeError> {
+    let (to, moved) = take_shift(map, from)?;
+    let f = cell_index(map, from)?;
+    let t = cell_index(map, &to)?;
+    let (given, taken) = match (map.cells[f].range, map.cells[t].range) {
+        (Some(g), Some(t)) => (g, t),
+        _ => return Err(ChangeError::UnknownCell(to)),
+    };
+    let kept = given.minus(&moved);
+    let [kept] = kept.as_slice() else {
+        return Err(ChangeError::Invariant(MapError::Invalid(format!(
+            "shift of {moved} out of {given} leaves {kept:?}"
+        ))));
+    };
+    // Upward (`to` is the predecessor): its range ends where the moved part starts.
+    let grown = if taken.end.wrapping_add(1) == moved.start {
+        taken.merge(&moved)?
+    } else {
+        moved.merge(&taken)?
+    };
+    map.cells[f].range = Some(*kept);
+    map.cells[t].range = Some(grown);
+    Ok(())
+}
+
 fn fence(map: &mut ClusterMap, cell: &CellId) -> Result<(), ChangeError> {
     let c = cell_index(map, cell)?;
     match map.cells[c].state {
@@ -389,6 +486,10 @@ fn fence(map: &mut ClusterMap, cell: &CellId) -> Result<(), ChangeError> {
                 match m {
                     Migration::Division { child, .. } => abort_division(map, &child)?,
                     Migration::Absorption { departed, .. } => complete_absorption(map, &departed)?,
+                    // Nothing moved yet: the giver still masters the range.
+                    Migration::Shift { from, .. } => {
+                        take_shift(map, &from)?;
+                    }
                 }
             }
             begin_absorption(map, cell, AbsorptionReason::Crashed)

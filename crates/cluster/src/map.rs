@@ -105,15 +105,33 @@ pub enum Migration {
         /// Cells whose data or role this migration changes.
         involved: BTreeSet<CellId>,
     },
+    /// Balancing: `range`, one end of `from`'s range, moves to its neighbour `to` (the
+    /// boundary between two Active neighbours moves). `from` masters it until the shift
+    /// completes; meanwhile it streams `range` to `targets`, the cells that will hold a copy
+    /// of it and do not yet (the new master moving up, or the new last backup moving down).
+    Shift {
+        /// The cell that gives `range` away; still masters it.
+        from: CellId,
+        /// The neighbour that will master it.
+        to: CellId,
+        /// What moves: the upper end of `from`'s range when `to` is its successor, the
+        /// lower end when `to` is its predecessor.
+        range: HashRange,
+        /// Cells `from` streams `range` to before the flip (empty when every future holder
+        /// already holds it, as in a ring of `r` cells or fewer).
+        targets: Vec<CellId>,
+        /// Cells whose data or role this migration changes.
+        involved: BTreeSet<CellId>,
+    },
 }
 
 impl Migration {
     /// Cells this migration touches; no other migration may touch any of them.
     pub fn involved(&self) -> &BTreeSet<CellId> {
         match self {
-            Migration::Division { involved, .. } | Migration::Absorption { involved, .. } => {
-                involved
-            }
+            Migration::Division { involved, .. }
+            | Migration::Absorption { involved, .. }
+            | Migration::Shift { involved, .. } => involved,
         }
     }
 }
@@ -315,6 +333,12 @@ impl ClusterMap {
                     successor,
                     ..
                 } => (departed, &[CellState::Leaving, CellState::Dead], successor),
+                Migration::Shift {
+                    from, to, range, ..
+                } => {
+                    self.validate_shift(from, to, range)?;
+                    (from, &[CellState::Active], to)
+                }
             };
             match self.cell(subject) {
                 Some(c) if subject_states.contains(&c.state) => {}
@@ -332,6 +356,7 @@ impl ClusterMap {
             let covered = self.migrations.iter().any(|m| match m {
                 Migration::Division { child, .. } => *child == c.id,
                 Migration::Absorption { departed, .. } => *departed == c.id,
+                Migration::Shift { .. } => false,
             });
             if c.state != CellState::Active && !covered {
                 return invalid(format!(
@@ -339,6 +364,26 @@ impl ClusterMap {
                     c.id, c.state
                 ));
             }
+        }
+        Ok(())
+    }
+
+    /// A shift moves a strict part of `from`'s range, at the end it shares with its
+    /// neighbour `to`.
+    fn validate_shift(
+        &self,
+        from: &CellId,
+        to: &CellId,
+        range: &HashRange,
+    ) -> Result<(), MapError> {
+        let invalid = |s: String| Err(MapError::Invalid(s));
+        let Some(given) = self.cell(from).and_then(|c| c.range) else {
+            return invalid(format!("shift from {from}, which masters nothing"));
+        };
+        let at_end = (self.successor(from).is_some_and(|c| c.id == *to) && range.end == given.end)
+            || (self.predecessor(from).is_some_and(|c| c.id == *to) && range.start == given.start);
+        if from == to || !at_end || !given.covers(range) || given.len() == range.len() {
+            return invalid(format!("shift of {range} from {from} ({given}) to {to}"));
         }
         Ok(())
     }

@@ -76,6 +76,31 @@ impl ClusterMap {
         before.or_else(|| self.active_cells().filter(|c| c.id > *id).last())
     }
 
+    /// The part of `from`'s range a shift of `share` (0 to 1) of it to its neighbour `to`
+    /// moves: the end next to `to`, at least one hash and never all of them. `None` when
+    /// `from` masters nothing or `to` is not its neighbour.
+    pub fn shift_part(&self, from: &CellId, to: &CellId, share: f64) -> Option<HashRange> {
+        let given = self
+            .cell(from)
+            .filter(|c| c.state == CellState::Active)?
+            .range?;
+        let len = given.len();
+        if len < 2 || !share.is_finite() {
+            return None;
+        }
+        let part = ((len as f64 * share.clamp(0.0, 1.0)) as u128).clamp(1, len - 1) as u64;
+        if self.successor(from).is_some_and(|c| c.id == *to) {
+            Some(HashRange::new(given.end.wrapping_sub(part - 1), given.end))
+        } else if self.predecessor(from).is_some_and(|c| c.id == *to) {
+            Some(HashRange::new(
+                given.start,
+                given.start.wrapping_add(part - 1),
+            ))
+        } else {
+            None
+        }
+    }
+
     /// Whether `id` holds a copy of `hash` as master or backup under this map.
     pub fn holds_copy(&self, id: &CellId, hash: u64) -> bool {
         let owner = self.owner(hash);

@@ -52,16 +52,19 @@ struct Lease {
     range: HashRange,
     /// Exclusive: valid while `now < expires_ms`.
     expires_ms: u64,
-    /// Send time of the heartbeat that produced it, to ignore reordered older acks.
+    /// Send time of the heartbeat that produced it (the grantee's clock, on both sides): the
+    /// grantee ignores reordered older acks by it, the grantor matches releases against it.
     sent_at_ms: u64,
 }
 
+/// A stream this cell leads: a division's child or a shift's target receiving `range`.
 #[derive(Debug, Clone)]
 struct HandOff {
+    range: HashRange,
     started_ms: u64,
     last_emitted_ms: u64,
     caught_up: bool,
-    /// Last heartbeat answer from the child (its start counts as one).
+    /// Last heartbeat answer from the receiver (its start counts as one).
     last_ack_ms: u64,
 }
 
@@ -74,8 +77,12 @@ pub struct Ring {
     fenced: bool,
     /// Leases this cell holds, by granting backup.
     leases: BTreeMap<CellId, Lease>,
-    /// Leases this cell granted, by grantee; kept until expiry even if the map moves on.
-    grants: BTreeMap<CellId, Lease>,
+    /// Leases this cell granted, by grantee, one per answered heartbeat; kept until expiry
+    /// even if the map moves on, unless the grantee releases them.
+    grants: BTreeMap<CellId, Vec<Lease>>,
+    /// Per backup, the send time of the oldest heartbeat whose answer this cell may still
+    /// accept: set when it released leases from that backup (see `LeaseRelease`).
+    accept_from_ms: BTreeMap<CellId, u64>,
     /// My backups under the installed map (cached: `can_serve` is on the request path).
     backups: Vec<CellId>,
     last_heartbeat_ms: Option<u64>,
@@ -119,6 +126,7 @@ impl Ring {
             fenced: false,
             leases: BTreeMap::new(),
             grants: BTreeMap::new(),
+            accept_from_ms: BTreeMap::new(),
             backups: Vec::new(),
             last_heartbeat_ms: None,
             last_lease_retry_ms: 0,
@@ -172,10 +180,12 @@ impl Ring {
         {
             return false;
         }
-        let granted_away = self
-            .grants
-            .iter()
-            .any(|(to, g)| *to != self.me && now_ms < g.expires_ms && g.range.contains(hash));
+        let granted_away = self.grants.iter().any(|(to, gs)| {
+            *to != self.me
+                && gs
+                    .iter()
+                    .any(|g| now_ms < g.expires_ms && g.range.contains(hash))
+        });
         if granted_away {
             return false;
         }
@@ -240,34 +250,51 @@ impl Ring {
         }
     }
 
-    /// Parts of `new` this cell did not master under `old` and must wait for, see `acquired`.
-    fn record_acquired(&mut self, old: Option<&ClusterMap>, new: HashRange, now_ms: u64) {
+    /// Parts of `new` (this cell's range in `map`) it did not master under `old` and must
+    /// wait for, see `acquired`.
+    ///
+    /// No wait for a part that came from a cell still alive in `map`, if no cell departed in
+    /// between: a division child or a shift's receiver. Its giver serves it only under a
+    /// lease from every backup of its own, and those keep the two apart: moving down, the
+    /// receiver is the giver's first backup, and its own grants to the giver keep it from
+    /// serving the part until the giver released them; moving up (and to a division child),
+    /// the giver's grant of the grown range, or its lease from the backup it shares with the
+    /// child, comes only under the new map, where the giver no longer masters the part.
+    fn record_acquired(
+        &mut self,
+        old: Option<&ClusterMap>,
+        map: &ClusterMap,
+        new: HashRange,
+        now_ms: u64,
+    ) {
         let Some(old) = old else { return };
         let old_range = old.cell(&self.me).and_then(|c| c.range);
-        // A division child receives exactly the range its parent streamed; the parent's lease
-        // from the shared backup (never granted to both at once) already keeps them apart.
-        let planned_child = old.migrations().iter().any(|m| {
-            matches!(m, Migration::Division { child, range, .. } if *child == self.me && *range == new)
-        });
-        if planned_child {
-            return;
-        }
+        let gained = match old_range {
+            Some(o) => new.minus(&o),
+            None => vec![new],
+        };
+        let departed = map
+            .cells()
+            .iter()
+            .any(|c| c.state != CellState::Active && c.state != CellState::Joining)
+            || map.fenced.iter().any(|id| !old.is_fenced(id));
         let not_before = now_ms
             .saturating_add(self.config.map_lease_ms)
             .saturating_add(self.config.clock_drift_margin_ms);
-        match old_range {
-            Some(o) if o == new || o.covers(&new) => {}
-            Some(o) if new.covers(&o) => {
-                if new.start != o.start {
-                    let left = HashRange::new(new.start, o.start.wrapping_sub(1));
-                    self.acquired.push((left, not_before));
-                }
-                if new.end != o.end {
-                    let right = HashRange::new(o.end.wrapping_add(1), new.end);
-                    self.acquired.push((right, not_before));
-                }
+        for part in gained {
+            let from_live = !departed
+                && old
+                    .active_cells()
+                    .filter(|c| c.range.is_some_and(|r| r.overlaps(&part)))
+                    .all(|c| {
+                        c.id != self.me
+                            && map
+                                .cell(&c.id)
+                                .is_some_and(|c| c.state == CellState::Active)
+                    });
+            if !from_live {
+                self.acquired.push((part, not_before));
             }
-            _ => self.acquired.push((new, not_before)),
         }
     }
 
@@ -300,18 +327,37 @@ impl Ring {
             .collect();
         for b in released {
             self.leases.remove(&b);
-            let message = RingMessage::LeaseRelease {
-                from: self.me.clone(),
-                epoch: map.epoch(),
-            };
-            self.outputs.push(Output::Send { to: b, message });
+            self.release(b, map.epoch(), None, now_ms);
+        }
+        // A lease that covers more than my range now is cut to it (or dropped), and its
+        // grantor told at once, so it may grant the rest to the part's new master.
+        if let Some(range) = me.range.filter(|_| me.state == CellState::Active) {
+            let cut: Vec<(CellId, Option<HashRange>)> = self
+                .leases
+                .iter()
+                .filter(|(_, l)| !range.covers(&l.range))
+                .map(|(b, l)| (b.clone(), l.range.covers(&range).then_some(range)))
+                .collect();
+            for (b, keep) in cut {
+                match keep {
+                    Some(k) => {
+                        if let Some(l) = self.leases.get_mut(&b) {
+                            l.range = k;
+                        }
+                    }
+                    None => {
+                        self.leases.remove(&b);
+                    }
+                }
+                self.release(b, map.epoch(), keep, now_ms);
+            }
         }
         for b in &self.backups {
             self.last_ack_ms.entry(b.clone()).or_insert(now_ms);
         }
         self.last_ack_ms.retain(|b, _| self.backups.contains(b));
         if let Some(range) = me.range {
-            self.record_acquired(old.as_ref(), range, now_ms);
+            self.record_acquired(old.as_ref(), &map, range, now_ms);
         }
         // Heartbeat and confirm at once so leases under the new map arrive within one round
         // trip.
@@ -322,15 +368,25 @@ impl Ring {
                 map.backup_ranges(&self.me)
                     .into_iter()
                     .map(|(_, r)| r)
+                    .chain(incoming_shifts(&map, &self.me))
                     .collect()
             } else {
                 Vec::new()
             },
         });
-        // Re-replication owed: to every backup that is new, or all of them if my range changed.
-        if let (Some(range), Some(_)) = (me.range, old.as_ref()) {
+        // Re-replication owed: to every backup that is new, or all of them if my range
+        // changed — but not after a shift to those that already held all of my new range
+        // (its targets received the moved part before the flip).
+        let shifted = old.as_ref().is_some_and(|o| {
+            o.migrations().iter().any(|m| {
+                matches!(m, Migration::Shift { involved, .. } if involved.contains(&self.me))
+                    && !map.migrations().contains(m)
+            })
+        });
+        if let (Some(range), Some(o)) = (me.range, old.as_ref()) {
             for b in &self.backups {
-                if !old_backups.contains(b) || old_range != Some(range) {
+                let held = shifted && held_all(o, b, range);
+                if !old_backups.contains(b) || (old_range != Some(range) && !held) {
                     self.resync_out.insert((b.clone(), range), now_ms);
                     self.outputs.push(Output::Resync {
                         to: b.clone(),
@@ -362,33 +418,60 @@ impl Ring {
             .map(|(c, _)| c.id.clone())
             .collect();
         self.resync_in.retain(|p| preds.contains(p));
-        // Hand-offs this cell leads as a division's parent.
+        // Hand-offs this cell leads: a division's parent streams its range to the child, a
+        // shift's giver the moved part to its targets.
         let mut current = BTreeSet::new();
         for m in map.migrations() {
-            if let Migration::Division { parent, child, .. } = m {
-                if *parent == self.me {
-                    current.insert(child.clone());
-                    if !self.handoffs.contains_key(child) {
-                        self.handoffs.insert(
-                            child.clone(),
-                            HandOff {
-                                started_ms: now_ms,
-                                last_emitted_ms: now_ms,
-                                caught_up: false,
-                                last_ack_ms: now_ms,
-                            },
-                        );
-                        let range = me.range.unwrap_or(HashRange::FULL);
-                        self.outputs.push(Output::StartHandOff {
-                            child: child.clone(),
+            let (receivers, range) = match m {
+                Migration::Division { parent, child, .. } if *parent == self.me => (
+                    std::slice::from_ref(child),
+                    me.range.unwrap_or(HashRange::FULL),
+                ),
+                Migration::Shift {
+                    from,
+                    targets,
+                    range,
+                    ..
+                } if *from == self.me => (targets.as_slice(), *range),
+                _ => continue,
+            };
+            for child in receivers {
+                current.insert(child.clone());
+                if !self.handoffs.contains_key(child) {
+                    self.handoffs.insert(
+                        child.clone(),
+                        HandOff {
                             range,
-                        });
-                    }
+                            started_ms: now_ms,
+                            last_emitted_ms: now_ms,
+                            caught_up: false,
+                            last_ack_ms: now_ms,
+                        },
+                    );
+                    self.outputs.push(Output::StartHandOff {
+                        child: child.clone(),
+                        range,
+                    });
                 }
             }
         }
         self.handoffs.retain(|child, _| current.contains(child));
         self.proposed.clear();
+    }
+
+    /// Tells backup `b` that this cell relies on no lease it answered to a heartbeat sent
+    /// before `now_ms` but `keep` (the lease it still holds, already cut to it), and stops
+    /// accepting such answers.
+    fn release(&mut self, b: CellId, epoch: u64, keep: Option<HashRange>, now_ms: u64) {
+        let from = self.accept_from_ms.entry(b.clone()).or_insert(now_ms);
+        *from = (*from).max(now_ms);
+        let message = RingMessage::LeaseRelease {
+            from: self.me.clone(),
+            epoch,
+            before_ms: Some(now_ms),
+            keep,
+        };
+        self.outputs.push(Output::Send { to: b, message });
     }
 
     fn fence_self(&mut self) {
@@ -412,7 +495,7 @@ impl Ring {
                 sent_at_ms,
             } => {
                 self.note_epoch(&from, epoch);
-                let grant = self.grant_for(&from, now_ms);
+                let grant = self.grant_for(&from, sent_at_ms, now_ms);
                 let message = RingMessage::HeartbeatAck {
                     from: self.me.clone(),
                     epoch: self.map.epoch(),
@@ -436,25 +519,76 @@ impl Ring {
                 }
                 let ack = self.last_ack_ms.entry(from.clone()).or_insert(now_ms);
                 *ack = (*ack).max(now_ms);
-                if let Some(range) = grant {
-                    let newer = self
-                        .leases
-                        .get(&from)
-                        .is_none_or(|l| echo_sent_at_ms >= l.sent_at_ms);
-                    if newer {
-                        let expires_ms = echo_sent_at_ms.saturating_add(self.config.lease_ms);
-                        let lease = Lease {
-                            range,
-                            expires_ms,
-                            sent_at_ms: echo_sent_at_ms,
-                        };
-                        self.leases.insert(from, lease);
-                    }
+                let Some(granted) = grant else { return };
+                let newer = self
+                    .leases
+                    .get(&from)
+                    .is_none_or(|l| echo_sent_at_ms >= l.sent_at_ms);
+                let accepted = self
+                    .accept_from_ms
+                    .get(&from)
+                    .is_none_or(|from_ms| echo_sent_at_ms >= *from_ms);
+                if !(newer && accepted) {
+                    return;
+                }
+                let before = self.leases.get(&from).map(|l| l.range);
+                // A lease never covers more than this cell masters now: a grantor with an
+                // older map may grant a range it since gave up (it is then told so at once),
+                // and a part outside it must not come back to life with a later map.
+                let mine = self
+                    .map
+                    .cell(&self.me)
+                    .filter(|c| c.state == CellState::Active)
+                    .and_then(|c| c.range);
+                let range = match mine {
+                    Some(m) if m.covers(&granted) => Some(granted),
+                    Some(m) if granted.covers(&m) => Some(m),
+                    _ => None,
+                };
+                if let Some(range) = range {
+                    let expires_ms = echo_sent_at_ms.saturating_add(self.config.lease_ms);
+                    let lease = Lease {
+                        range,
+                        expires_ms,
+                        sent_at_ms: echo_sent_at_ms,
+                    };
+                    self.leases.insert(from.clone(), lease);
+                }
+                // Tell the grantor at once what it no longer needs to keep from others: the
+                // part of this grant cut off, or what earlier grants covered beyond it.
+                let epoch = self.map.epoch();
+                if range != Some(granted) {
+                    let keep = self.leases.get(&from).map(|l| l.range);
+                    self.release(from, epoch, keep, echo_sent_at_ms.saturating_add(1));
+                } else if before.is_some_and(|b| !granted.covers(&b)) {
+                    self.release(from, epoch, Some(granted), echo_sent_at_ms);
                 }
             }
-            RingMessage::LeaseRelease { from, epoch } => {
+            RingMessage::LeaseRelease {
+                from,
+                epoch,
+                before_ms,
+                keep,
+            } => {
                 self.note_epoch(&from, epoch);
-                self.grants.remove(&from);
+                let Some(before_ms) = before_ms else {
+                    self.grants.remove(&from);
+                    return;
+                };
+                if let Some(gs) = self.grants.get_mut(&from) {
+                    gs.retain_mut(|g| {
+                        if g.sent_at_ms >= before_ms {
+                            return true;
+                        }
+                        match keep {
+                            Some(k) if g.range.covers(&k) => {
+                                g.range = k;
+                                true
+                            }
+                            _ => false,
+                        }
+                    });
+                }
             }
         }
     }
@@ -465,9 +599,9 @@ impl Ring {
         }
     }
 
-    /// The lease this cell grants `to`, if any: `to`'s range in my map when I back it up and
-    /// no unexpired grant to another cell overlaps it.
-    fn grant_for(&mut self, to: &CellId, now_ms: u64) -> Option<HashRange> {
+    /// The lease this cell grants `to` for its heartbeat sent at `sent_at_ms`, if any: `to`'s
+    /// range in my map when I back it up and no unexpired grant to another cell overlaps it.
+    fn grant_for(&mut self, to: &CellId, sent_at_ms: u64, now_ms: u64) -> Option<HashRange> {
         let me_active = self
             .map
             .cell(&self.me)
@@ -480,24 +614,26 @@ impl Ring {
             .backup_ranges(&self.me)
             .into_iter()
             .find(|(c, _)| c.id == *to)?;
-        let conflict = self
-            .grants
-            .iter()
-            .any(|(other, g)| other != to && now_ms < g.expires_ms && g.range.overlaps(&range));
+        let conflict = self.grants.iter().any(|(other, gs)| {
+            other != to
+                && gs
+                    .iter()
+                    .any(|g| now_ms < g.expires_ms && g.range.overlaps(&range))
+        });
         if conflict {
             return None;
         }
         let expires_ms = now_ms
             .saturating_add(self.config.lease_ms)
             .saturating_add(self.config.clock_drift_margin_ms);
-        self.grants.insert(
-            to.clone(),
-            Lease {
-                range,
-                expires_ms,
-                sent_at_ms: now_ms,
-            },
-        );
+        let gs = self.grants.entry(to.clone()).or_default();
+        // Earlier grants this one outlasts and covers say nothing more.
+        gs.retain(|g| !(range.covers(&g.range) && g.expires_ms <= expires_ms));
+        gs.push(Lease {
+            range,
+            expires_ms,
+            sent_at_ms,
+        });
         Some(range)
     }
 
@@ -506,7 +642,10 @@ impl Ring {
         if self.fenced {
             return;
         }
-        self.grants.retain(|_, g| now_ms < g.expires_ms);
+        for gs in self.grants.values_mut() {
+            gs.retain(|g| now_ms < g.expires_ms);
+        }
+        self.grants.retain(|_, gs| !gs.is_empty());
         self.acquired.retain(|(_, not_before)| now_ms < *not_before);
         let due = self
             .last_heartbeat_ms
@@ -563,35 +702,65 @@ impl Ring {
                 self.propose(Change::Fence { cell: successor }, epoch, now_ms);
             }
         }
-        // Division hand-offs led by this cell.
-        for (child, h) in self.handoffs.clone() {
-            let silent_ms = now_ms.saturating_sub(h.last_ack_ms);
-            let child_silent = silent_ms >= self.config.suspicion_timeout_ms;
-            // Before it caught up, no write waits for the child: an outage only pauses the
-            // stream, which resumes from the last acknowledged record, so the child is given
-            // `handoff_stall_timeout_ms`. Once caught up, the parent's writes wait for it, so
-            // a silent child is not waited for longer than a crashed backup would be.
-            let stalled = if h.caught_up {
-                child_silent
-            } else {
-                silent_ms >= self.config.handoff_stall_timeout_ms
-            };
-            if h.caught_up && !child_silent {
-                self.propose(Change::CompleteDivision { child }, epoch, now_ms);
-            } else if stalled
-                || now_ms.saturating_sub(h.started_ms) >= self.config.handoff_timeout_ms
-            {
-                self.propose(Change::AbortDivision { child }, epoch, now_ms);
-            } else if now_ms.saturating_sub(h.last_emitted_ms) >= self.config.resync_retry_ms {
-                if let Some(range) = self.map.cell(&self.me).and_then(|c| c.range) {
-                    self.outputs.push(Output::StartHandOff {
+        // Hand-offs led by this cell (a division's parent, a shift's giver): the change is
+        // completed once every receiver caught up and answers, or aborted.
+        for m in self.map.migrations().to_vec() {
+            let (receivers, complete, abort) = match m {
+                Migration::Division { parent, child, .. } if parent == self.me => (
+                    vec![child.clone()],
+                    Change::CompleteDivision {
                         child: child.clone(),
-                        range,
-                    });
+                    },
+                    Change::AbortDivision { child },
+                ),
+                Migration::Shift { from, targets, .. } if from == self.me => (
+                    targets,
+                    Change::CompleteShift { from: from.clone() },
+                    Change::AbortShift { from },
+                ),
+                _ => continue,
+            };
+            let mut all_ready = true;
+            let mut failed = false;
+            for child in &receivers {
+                let Some(h) = self.handoffs.get(child).cloned() else {
+                    all_ready = false;
+                    continue;
+                };
+                let silent_ms = now_ms.saturating_sub(h.last_ack_ms);
+                let child_silent = silent_ms >= self.config.suspicion_timeout_ms;
+                // Before it caught up, no write waits for the receiver: an outage only
+                // pauses the stream, which resumes from the last acknowledged record, so it
+                // is given `handoff_stall_timeout_ms`. Once caught up, the giver's writes wait
+                // for it, so a silent receiver is not waited for longer than a crashed
+                // backup would be.
+                let stalled = if h.caught_up {
+                    child_silent
+                } else {
+                    silent_ms >= self.config.handoff_stall_timeout_ms
+                };
+                if stalled || now_ms.saturating_sub(h.started_ms) >= self.config.handoff_timeout_ms
+                {
+                    failed = true;
+                } else if !h.caught_up || child_silent {
+                    all_ready = false;
+                    if !h.caught_up
+                        && now_ms.saturating_sub(h.last_emitted_ms) >= self.config.resync_retry_ms
+                    {
+                        self.outputs.push(Output::StartHandOff {
+                            child: child.clone(),
+                            range: h.range,
+                        });
+                        if let Some(h) = self.handoffs.get_mut(child) {
+                            h.last_emitted_ms = now_ms;
+                        }
+                    }
                 }
-                if let Some(h) = self.handoffs.get_mut(&child) {
-                    h.last_emitted_ms = now_ms;
-                }
+            }
+            if failed {
+                self.propose(abort, epoch, now_ms);
+            } else if all_ready {
+                self.propose(complete, epoch, now_ms);
             }
         }
         // Re-replications not reported done are started again.
@@ -667,6 +836,21 @@ impl Ring {
         }));
     }
 
+    /// Balancing: propose that `range`, an end of this cell's range, moves to its neighbour
+    /// `to` (see [`Change::BeginShift`]); this cell then streams it and completes the shift.
+    pub fn request_shift(&mut self, to: CellId, range: HashRange, now_ms: u64) {
+        if self.fenced {
+            return;
+        }
+        let change = Change::BeginShift {
+            from: self.me.clone(),
+            to,
+            range,
+        };
+        let epoch = self.map.epoch();
+        self.propose(change, epoch, now_ms);
+    }
+
     /// Scale-out: propose that a new cell at `child_address` divides this cell's range.
     pub fn request_division(&mut self, child_address: CellAddress, now_ms: u64) {
         if self.fenced {
@@ -703,6 +887,41 @@ impl Ring {
     }
 }
 
+/// The ranges `me` receives in `map` as a shift's target: held beside its backups until the
+/// shift completes (or is aborted, when the next holdings drop them).
+pub fn incoming_shifts(map: &ClusterMap, me: &CellId) -> Vec<HashRange> {
+    map.migrations()
+        .iter()
+        .filter_map(|m| match m {
+            Migration::Shift { targets, range, .. } if targets.contains(me) => Some(*range),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Whether `cell` held a copy of every hash of `range` under `map` (as master, backup or a
+/// shift's target).
+fn held_all(map: &ClusterMap, cell: &CellId, range: HashRange) -> bool {
+    let mut held: Vec<HashRange> = map
+        .backup_ranges(cell)
+        .into_iter()
+        .map(|(_, r)| r)
+        .chain(incoming_shifts(map, cell))
+        .collect();
+    held.extend(
+        map.cell(cell)
+            .filter(|c| c.state == CellState::Active)
+            .and_then(|c| c.range),
+    );
+    let mut missing = vec![range];
+    for h in &held {
+        missing = missing.iter().flat_map(|m| m.minus(h)).collect();
+    }
+    missing.is_empty()
+}
+
 mod interface;
+#[cfg(test)]
+mod shift_tests;
 #[cfg(test)]
 mod tests;

@@ -53,6 +53,7 @@ fn apply(map: &ClusterMap, change: Change) -> Result<ClusterMap, change::ChangeE
 enum Flight {
     Division { child: CellId, done_at: u64 },
     Absorption { departed: CellId, done_at: u64 },
+    Shift { from: CellId, done_at: u64 },
 }
 
 struct Sim {
@@ -68,6 +69,8 @@ struct Sim {
     next_address: u64,
     /// Changes committed (divisions and absorptions begun), with their times.
     changes: Vec<u64>,
+    /// Shifts (balancing) made.
+    shifts: usize,
     /// When a provisioner last failed.
     failed_at: Option<u64>,
 }
@@ -95,6 +98,7 @@ impl Sim {
             now: 0,
             next_address: 2,
             changes: Vec::new(),
+            shifts: 0,
             failed_at: None,
         }
     }
@@ -134,6 +138,7 @@ impl Sim {
                         master_bytes: (share * self.data) as u64,
                         evictions: 0,
                     }),
+                    share,
                 }
             })
             .collect()
@@ -150,6 +155,9 @@ impl Sim {
                 }
                 Flight::Absorption { departed, done_at } if done_at <= now => {
                     self.map = apply(&self.map, Change::CompleteAbsorption { departed }).unwrap();
+                }
+                Flight::Shift { from, done_at } if done_at <= now => {
+                    self.map = apply(&self.map, Change::CompleteShift { from }).unwrap();
                 }
                 f => keep.push(f),
             }
@@ -209,6 +217,30 @@ impl Sim {
                     departed: cell,
                     done_at,
                 });
+                self.changes.push(self.now);
+            }
+            Decision::Balance {
+                cell, to, share, ..
+            } => {
+                let range = self
+                    .map
+                    .shift_part(&cell, &to, share)
+                    .unwrap_or_else(|| panic!("no part of {cell} to move to {to}"));
+                self.map = apply(
+                    &self.map,
+                    Change::BeginShift {
+                        from: cell.clone(),
+                        to,
+                        range,
+                    },
+                )
+                .unwrap_or_else(|e| panic!("shift from {cell} refused: {e}"));
+                let done_at = self.now + 500 + self.rng.below(2_000);
+                self.flights.push(Flight::Shift {
+                    from: cell,
+                    done_at,
+                });
+                self.shifts += 1;
                 self.changes.push(self.now);
             }
         }
@@ -290,6 +322,26 @@ fn run(seed: u64) {
             "seed {seed}: changes at {late:?} while hovering"
         );
     }
+    // By the plateau's end the balancing evened out the masters of neighbours (divisions
+    // alone leave halves next to quarters).
+    let shares: Vec<f64> = sim
+        .map
+        .active_cells()
+        .map(|c| c.range.map_or(0.0, |r| r.len() as f64 / 2f64.powi(64)))
+        .collect();
+    let n = shares.len();
+    let data = sim.data;
+    for i in 0..n {
+        let (a, b) = (shares[i], shares[(i + 1) % n]);
+        let (heavy, light) = (a.max(b) * data, a.min(b) * data);
+        let skewed = heavy > (1.0 + sim.config.balance_skew) * light
+            && heavy - light >= sim.config.balance_min_fill * LIMIT as f64;
+        assert!(
+            n <= 2 || !skewed,
+            "seed {seed}: neighbours still skewed at the plateau's end: shares {shares:?}"
+        );
+    }
+    println!("  {n} cells, {} shifts, shares {shares:.3?}", sim.shifts);
     // Shrink to nothing: back to one cell.
     while sim.data > 0.0 {
         sim.data = (sim.data - per_step).max(0.0);

@@ -1,6 +1,6 @@
 //! Deterministic simulation of a whole ring on one thread: virtual time, a seeded RNG, a
-//! lossy, delaying, reordering network, process pauses and crashes, partitions, divisions and
-//! leaves, with a perfect consensus oracle standing in for the Raft group (it commits
+//! lossy, delaying, reordering network, process pauses and crashes, partitions, divisions,
+//! shifts (balancing) and leaves, with a perfect consensus oracle standing in for the Raft group (it commits
 //! proposals with `change::apply`, exactly what every Raft replica does).
 //!
 //! Invariants checked every virtual millisecond:
@@ -434,6 +434,33 @@ impl Sim {
             7 if self.oracle.active_cells().count() > 3 => {
                 let id = pick(&mut self.rng, &running);
                 self.cells.get_mut(&id).unwrap().ring.request_leave();
+            }
+            // Balancing: a cell gives an end of its range (1/16 to 15/16 of it) to a
+            // neighbour, as its map knows them.
+            8 => {
+                let id = pick(&mut self.rng, &running);
+                let up = self.rng.chance(500);
+                let sixteenths = 1 + self.rng.below(15) as u128;
+                let now = self.now;
+                let ring = &mut self.cells.get_mut(&id).unwrap().ring;
+                let map = ring.map();
+                let given = map.cell(&id).and_then(|c| c.range);
+                let to = if up {
+                    map.successor(&id)
+                } else {
+                    map.predecessor(&id)
+                }
+                .map(|c| c.id.clone());
+                if let (Some(given), Some(to)) = (given, to) {
+                    let part = ((given.len() * sixteenths) / 16).max(1) as u64;
+                    let range = if up {
+                        HashRange::new(given.end.wrapping_sub(part - 1), given.end)
+                    } else {
+                        HashRange::new(given.start, given.start.wrapping_add(part - 1))
+                    };
+                    ring.request_shift(to, range, now);
+                    self.flush(&id);
+                }
             }
             _ => {}
         }

@@ -13,6 +13,8 @@ fn config() -> PolicyConfig {
         join_timeout_ms: 20_000,
         retry_backoff_ms: 1_000,
         retry_backoff_max_ms: 8_000,
+        // The tables below are about dividing and absorbing; balancing has its own cases.
+        balance_skew: 0.0,
         ..PolicyConfig::default()
     }
 }
@@ -30,6 +32,7 @@ fn cell(n: u64, fill: f64, provisioned: bool) -> CellReport {
             master_bytes: bytes / 2,
             evictions: 0,
         }),
+        share: 0.5,
     }
 }
 
@@ -57,6 +60,7 @@ fn action(d: &Decision) -> (&'static str, u64) {
     match d {
         Decision::Divide { cell, .. } => ("divide", cell.whole_part()),
         Decision::Absorb { cell, .. } => ("absorb", cell.whole_part()),
+        Decision::Balance { cell, .. } => ("balance", cell.whole_part()),
     }
 }
 
@@ -245,6 +249,7 @@ fn hovering_at_the_watermark_changes_at_most_once_per_cooldown() {
             match d {
                 Decision::Divide { .. } => cells += 1,
                 Decision::Absorb { .. } => cells -= 1,
+                Decision::Balance { .. } => {}
             }
         }
     }
@@ -331,5 +336,123 @@ fn a_ring_that_stopped_growing_absorbs_though_its_smoothed_rate_stays_above_zero
         got.first().map(|(_, d)| action(d)),
         Some(("absorb", 2)),
         "{got:?}"
+    );
+}
+
+/// A ring of `masters` (MB each, r = 2, cells of 100 MB), every cell Active and reporting.
+fn mastering(masters: &[u64]) -> Vec<CellReport> {
+    let n = masters.len();
+    (0..n)
+        .map(|i| {
+            let held = masters[i] + masters[(i + n - 1) % n];
+            CellReport {
+                id: CellId::whole(i as u64 + 1),
+                active: true,
+                provisioned: false,
+                figures: Some(Figures {
+                    bytes: held * MB,
+                    limit: 100 * MB,
+                    master_bytes: masters[i] * MB,
+                    evictions: 0,
+                }),
+                share: masters[i] as f64 / masters.iter().sum::<u64>() as f64,
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn skewed_neighbours_move_their_boundary_after_the_window() {
+    let cfg = PolicyConfig {
+        balance_skew: 0.5,
+        balance_min_fill: 0.05,
+        ..config()
+    };
+    // What divisions leave: a half next to two quarters.
+    let ring = mastering(&[20, 10, 10]);
+    let mut a = Autoscaler::new(cfg.clone());
+    let before = run(&mut a, &ring, 0, cfg.window_ms / 1000 - 1);
+    assert!(before.is_empty(), "not before the window: {before:?}");
+    let d = run(&mut a, &ring, cfg.window_ms / 1000, cfg.window_ms / 1000);
+    let [
+        (
+            _,
+            Decision::Balance {
+                cell, to, share, ..
+            },
+        ),
+    ] = d.as_slice()
+    else {
+        panic!("expected one balance decision, got {d:?}");
+    };
+    assert_eq!((cell, to), (&CellId::whole(1), &CellId::whole(2)));
+    assert!((share - 0.25).abs() < 1e-9, "evens 20 and 10 out: {share}");
+    // One change at a time: nothing more while it is pending.
+    let more = run(
+        &mut a,
+        &ring,
+        cfg.window_ms / 1000 + 1,
+        cfg.window_ms / 1000 + 5,
+    );
+    assert!(more.is_empty(), "{more:?}");
+    // Seen through once the giver masters less of the ring.
+    let after = mastering(&[15, 15, 10]);
+    let s = observe(&mut a, &after, 20_000, &BTreeSet::new());
+    assert_eq!(s.done.len(), 1, "{s:?}");
+}
+
+#[test]
+fn balancing_leaves_alone_what_is_even_small_or_would_overfill() {
+    let cfg = PolicyConfig {
+        balance_skew: 0.5,
+        balance_min_fill: 0.05,
+        ..config()
+    };
+    let quiet = |ring: &[CellReport], why: &str| {
+        let mut a = Autoscaler::new(cfg.clone());
+        let d = run(&mut a, ring, 0, 3 * cfg.window_ms / 1000);
+        assert!(d.is_empty(), "{why}: {d:?}");
+    };
+    quiet(&mastering(&[14, 10, 10]), "within the skew");
+    quiet(
+        &mastering(&[4, 2, 2]),
+        "a difference below balance_min_fill of memory",
+    );
+    quiet(
+        &mastering(&[20, 10]),
+        "two cells with two copies each hold everything",
+    );
+    // The cell after the receiver backs up the receiver's grown range: here 60 + 20 MB, at
+    // high water and above the fullest cell now (75): that move is not made.
+    let ring = mastering(&[30, 10, 60, 15]);
+    let none = BTreeSet::new();
+    let skews = skewed_pairs(
+        &cfg,
+        &Observation {
+            now_ms: 0,
+            replication_factor: 2,
+            busy: &none,
+            cells: &ring,
+        },
+    );
+    let first = skews
+        .iter()
+        .find(|s| s.at == 0)
+        .expect("cells 1 and 2 are skewed");
+    assert!((fullest_after_shift(&ring, first, 2) - 0.8).abs() < 1e-9);
+    let mut a = Autoscaler::new(cfg.clone());
+    let d = run(&mut a, &ring, 0, cfg.window_ms / 1000);
+    assert!(
+        d.iter().all(|(_, d)| d.cell() != &CellId::whole(1)),
+        "cell 1 gives nothing to 2: {d:?}"
+    );
+    let off = PolicyConfig {
+        balance_skew: 0.0,
+        ..cfg.clone()
+    };
+    let mut a = Autoscaler::new(off);
+    assert!(
+        run(&mut a, &mastering(&[20, 10, 10]), 0, 30).is_empty(),
+        "off"
     );
 }

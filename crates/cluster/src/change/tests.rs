@@ -506,6 +506,9 @@ enum Op {
     Absorb(usize, bool),
     Complete(usize),
     Fence(usize),
+    /// Shift from cell i to its successor (up) or predecessor, `share` 1/256ths of its range.
+    Shift(usize, bool, u8),
+    Abort(usize),
 }
 
 fn arb_op() -> impl Strategy<Value = Op> {
@@ -514,6 +517,8 @@ fn arb_op() -> impl Strategy<Value = Op> {
         1 => (0usize..64, any::<bool>()).prop_map(|(i, l)| Op::Absorb(i, l)),
         3 => (0usize..64).prop_map(Op::Complete),
         1 => (0usize..64).prop_map(Op::Fence),
+        2 => (0usize..64, any::<bool>(), any::<u8>()).prop_map(|(i, up, s)| Op::Shift(i, up, s)),
+        1 => (0usize..64).prop_map(Op::Abort),
     ]
 }
 
@@ -537,8 +542,28 @@ proptest! {
                 Op::Complete(i) => match map.migrations().get(i % map.migrations().len().max(1)) {
                     Some(Migration::Division { child, .. }) => Change::CompleteDivision { child: child.clone() },
                     Some(Migration::Absorption { departed, .. }) => Change::CompleteAbsorption { departed: departed.clone() },
+                    Some(Migration::Shift { from, .. }) => Change::CompleteShift { from: from.clone() },
                     None => continue,
                 },
+                Op::Abort(i) => match map.migrations().get(i % map.migrations().len().max(1)) {
+                    Some(Migration::Division { child, .. }) => Change::AbortDivision { child: child.clone() },
+                    Some(Migration::Shift { from, .. }) => Change::AbortShift { from: from.clone() },
+                    _ => continue,
+                },
+                Op::Shift(i, up, share) => {
+                    let from = pick(i);
+                    let (Some(given), Some(to)) = (
+                        map.cell(&from).and_then(|c| c.range),
+                        if up { map.successor(&from) } else { map.predecessor(&from) }.map(|c| c.id.clone()),
+                    ) else { continue };
+                    let part = ((given.len() * u128::from(share)) / 256).max(1) as u64;
+                    let range = if up {
+                        HashRange::new(given.end.wrapping_sub(part - 1), given.end)
+                    } else {
+                        HashRange::new(given.start, given.start.wrapping_add(part - 1))
+                    };
+                    Change::BeginShift { from, to, range }
+                }
                 Op::Fence(i) => Change::Fence { cell: pick(i) },
             };
             let proposal = Proposal { based_on_epoch: map.epoch(), change };

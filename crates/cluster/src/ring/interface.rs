@@ -92,9 +92,20 @@ pub enum RingMessage {
         echo_sent_at_ms: u64,
         grant: Option<HashRange>,
     },
-    /// A cell no longer needs the lease this backup granted it (its map changed), so the
-    /// backup may grant the range to its new master without waiting for expiry.
-    LeaseRelease { from: CellId, epoch: u64 },
+    /// A cell no longer relies on (all or part of) the leases this backup granted it, so the
+    /// backup may grant that part to another master without waiting for expiry. The grants
+    /// it answered to heartbeats sent before `before_ms` (the sender's clock; all of them
+    /// when absent) shrink to `keep` — the one lease the sender still holds from them, now
+    /// `keep` — or are forgotten when `keep` is absent. The sender ignores every answer to
+    /// a heartbeat sent before `before_ms` from then on, so it relies on nothing else.
+    LeaseRelease {
+        from: CellId,
+        epoch: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        before_ms: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        keep: Option<HashRange>,
+    },
 }
 
 impl RingMessage {

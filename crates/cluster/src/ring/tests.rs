@@ -4,14 +4,14 @@
 use super::*;
 use crate::change::apply;
 
-fn addr(n: u32) -> CellAddress {
+pub(super) fn addr(n: u32) -> CellAddress {
     CellAddress {
         client: format!("127.0.0.1:{}", 21000 + n),
         peer: format!("127.0.0.1:{}", 31000 + n),
     }
 }
 
-fn id(s: &str) -> CellId {
+pub(super) fn id(s: &str) -> CellId {
     s.parse().unwrap()
 }
 
@@ -31,7 +31,7 @@ fn one_divides(m: &ClusterMap) -> ClusterMap {
 }
 
 /// Bootstrap 1, divide into 1 and 2 (r = 2): each backs up the other.
-fn two_cells() -> ClusterMap {
+pub(super) fn two_cells() -> ClusterMap {
     let m = one_divides(&ClusterMap::bootstrap(id("1"), addr(0), 2).unwrap());
     apply(
         &m,
@@ -43,7 +43,7 @@ fn two_cells() -> ClusterMap {
     .unwrap()
 }
 
-fn sends(outputs: &[Output]) -> Vec<(CellId, RingMessage)> {
+pub(super) fn sends(outputs: &[Output]) -> Vec<(CellId, RingMessage)> {
     outputs
         .iter()
         .filter_map(|o| match o {
@@ -54,7 +54,7 @@ fn sends(outputs: &[Output]) -> Vec<(CellId, RingMessage)> {
 }
 
 /// Delivers every message between the two rings until quiet, all at time `now`.
-fn exchange(a: &mut Ring, b: &mut Ring, now: u64) {
+pub(super) fn exchange(a: &mut Ring, b: &mut Ring, now: u64) {
     for _ in 0..8 {
         let mut moved = false;
         for (to, m) in sends(&a.drain_outputs()) {
@@ -492,6 +492,14 @@ fn ring_messages_round_trip_and_bad_bytes_are_refused() {
         RingMessage::LeaseRelease {
             from: id("1"),
             epoch: 9,
+            before_ms: None,
+            keep: None,
+        },
+        RingMessage::LeaseRelease {
+            from: id("1"),
+            epoch: 9,
+            before_ms: Some(12),
+            keep: Some(HashRange::new(3, 4)),
         },
     ];
     for m in messages {

@@ -295,6 +295,7 @@ async fn step(cl: &Arc<Cluster>, scale: &Arc<Autoscale>) {
             match d {
                 Decision::Divide { .. } => "the division",
                 Decision::Absorb { .. } => "the absorption",
+                Decision::Balance { .. } => "the shift",
             },
             d.cell(),
             cl.cell.config.autoscale.join_timeout_ms
@@ -311,7 +312,28 @@ async fn step(cl: &Arc<Cluster>, scale: &Arc<Autoscale>) {
         match d {
             d @ Decision::Divide { .. } => divide(cl, scale, d).await,
             d @ Decision::Absorb { .. } => absorb(cl, scale, d, &map).await,
+            d @ Decision::Balance { .. } => balance(cl, scale, d).await,
         }
+    }
+}
+
+/// Moves the boundary between two neighbours (a shift): proposed here, carried out by the
+/// giving cell (it streams the part to the cells that will hold it, then completes).
+async fn balance(cl: &Arc<Cluster>, scale: &Arc<Autoscale>, d: Decision) {
+    let Decision::Balance {
+        cell, to, share, ..
+    } = &d
+    else {
+        return;
+    };
+    scale
+        .state
+        .lock()
+        .record(cl, "balance", cell.to_string(), d.reason().to_string());
+    if let Err(e) = cl.shift(cell.clone(), to.clone(), *share).await {
+        let mut s = scale.state.lock();
+        s.policy.failed(cell, cl.now_ms());
+        s.record(cl, "failed", cell.to_string(), format!("shift refused: {e}"));
     }
 }
 
@@ -439,6 +461,10 @@ async fn sample(
             active: c.state == CellState::Active,
             provisioned,
             figures,
+            share: c
+                .range
+                .filter(|_| c.state == CellState::Active)
+                .map_or(0.0, |r| r.len() as f64 / 2f64.powi(64)),
         });
     }
     out

@@ -16,18 +16,20 @@ pub struct Event {
     pub epoch: u64,
     /// Seconds since the Unix epoch when this cell installed that map.
     pub at: u64,
-    /// `division_started`, `division_finished`, `absorption_started`,
-    /// `absorption_finished`.
+    /// `division_started`, `division_finished`, `division_abandoned`,
+    /// `absorption_started`, `absorption_finished`, `shift_started`, `shift_finished`,
+    /// `shift_abandoned`.
     pub kind: &'static str,
     /// The cell the event is about: the new cell of a division, the departed one of an
-    /// absorption.
+    /// absorption, the one taking the range of a shift.
     pub cell: String,
-    /// The other cell: the dividing parent, or the absorbing successor.
+    /// The other cell: the dividing parent, the absorbing successor, or the shift's giver.
     pub other: String,
     /// The range that moves (`[start, end]`, hex).
     pub range: [String; 2],
     /// Why: `scale-out` for a division; `left` (asked to) or `crashed` (evicted by
-    /// consensus after a confirmed suspicion) for an absorption; the policy's reason for an
+    /// consensus after a confirmed suspicion) for an absorption; `balance` for a shift (a
+    /// boundary between neighbours moved); the policy's reason for an
     /// autoscale decision (`autoscale_divide`, `autoscale_absorb`, `autoscale_failed`, on
     /// the deciding cell only, with no range).
     pub reason: String,
@@ -74,12 +76,24 @@ pub fn diff(old: &ClusterMap, new: &ClusterMap, at: u64) -> Vec<Event> {
             }
             .into(),
         },
+        Migration::Shift {
+            from, to, range, ..
+        } => Event {
+            epoch: new.epoch(),
+            at,
+            kind,
+            cell: to.to_string(),
+            other: from.to_string(),
+            range: hex(range),
+            reason: "balance".into(),
+        },
     };
     for m in new.migrations() {
         if !old.migrations().contains(m) {
             let kind = match m {
                 Migration::Division { .. } => "division_started",
                 Migration::Absorption { .. } => "absorption_started",
+                Migration::Shift { .. } => "shift_started",
             };
             out.push(event(kind, m));
         }
@@ -95,6 +109,17 @@ pub fn diff(old: &ClusterMap, new: &ClusterMap, at: u64) -> Vec<Event> {
                 _ => "division_abandoned",
             },
             Migration::Absorption { .. } => "absorption_finished",
+            // A shift finishes with the receiver mastering the range.
+            Migration::Shift { to, range, .. } => {
+                match new
+                    .cell(to)
+                    .and_then(|c| c.range)
+                    .filter(|r| r.covers(range))
+                {
+                    Some(_) => "shift_finished",
+                    None => "shift_abandoned",
+                }
+            }
         };
         out.push(event(kind, m));
     }

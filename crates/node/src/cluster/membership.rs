@@ -20,6 +20,9 @@ pub enum MembershipError {
     /// No cell of the map can divide.
     #[error("no active cell")]
     NoActiveCell,
+    /// A shift between cells that are not Active neighbours (or a share that moves nothing).
+    #[error("cell {0} has no part to give its neighbour {1}")]
+    NotNeighbours(String, String),
     /// The ring did not commit the change.
     #[error(transparent)]
     NotCommitted(#[from] group::ProposeError),
@@ -146,6 +149,32 @@ impl Cluster {
     }
 
     /// `cluster leave CELL` / the ring's own leave: proposes the cell's absorption.
+    /// Begins a shift (balancing): `share` (0 to 1) of `from`'s range, the end next to its
+    /// neighbour `to`, moves to `to`. The giving cell streams it and completes the change.
+    pub async fn shift(
+        self: &Arc<Self>,
+        from: CellId,
+        to: CellId,
+        share: f64,
+    ) -> Result<ClusterMap, MembershipError> {
+        let map = self.lock_ring().map().clone();
+        let range = map
+            .shift_part(&from, &to, share)
+            .ok_or_else(|| MembershipError::NotNeighbours(from.to_string(), to.to_string()))?;
+        let p = Proposal {
+            based_on_epoch: map.epoch(),
+            change: Change::BeginShift { from, to, range },
+        };
+        let m = group::propose(
+            self,
+            p,
+            Duration::from_millis(self.config.request_timeout_ms),
+        )
+        .await?;
+        self.install_map(m.clone());
+        Ok(m)
+    }
+
     pub async fn leave(self: &Arc<Self>, cell: CellId) -> Result<ClusterMap, MembershipError> {
         let map = self.lock_ring().map().clone();
         let p = Proposal {

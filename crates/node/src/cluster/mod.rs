@@ -439,8 +439,11 @@ impl Cluster {
                     let (range, handoff) = {
                         let ring = self.lock_ring();
                         let map = ring.map();
-                        let range = map.cell(&self.me).and_then(|c| c.range);
-                        (range, self.children_in(map).contains(&t.to))
+                        let handoff = self.handoffs_in(map).into_iter().find(|(c, _)| *c == t.to);
+                        match handoff {
+                            Some((_, range)) => (Some(range), true),
+                            None => (map.cell(&self.me).and_then(|c| c.range), false),
+                        }
                     };
                     if let Some(range) = range {
                         self.start_stream(t.to.clone(), range, handoff);
@@ -450,17 +453,29 @@ impl Cluster {
         }
     }
 
-    /// The children of the divisions this cell leads as parent in `map`.
-    fn children_in(&self, map: &ClusterMap) -> Vec<CellId> {
-        map.migrations()
-            .iter()
-            .filter_map(|m| match m {
+    /// The hand-offs this cell leads in `map`, with what each receives: a division's child
+    /// (this cell's whole range, of which it keeps its half) and a shift's targets (the part
+    /// that moves).
+    fn handoffs_in(&self, map: &ClusterMap) -> Vec<(CellId, HashRange)> {
+        let mine = map.cell(&self.me).and_then(|c| c.range);
+        let mut out = Vec::new();
+        for m in map.migrations() {
+            match m {
                 Migration::Division { parent, child, .. } if *parent == self.me => {
-                    Some(child.clone())
+                    out.push((child.clone(), mine.unwrap_or(HashRange::FULL)));
                 }
-                _ => None,
-            })
-            .collect()
+                Migration::Shift {
+                    from,
+                    targets,
+                    range,
+                    ..
+                } if *from == self.me => {
+                    out.extend(targets.iter().map(|t| (t.clone(), *range)));
+                }
+                _ => {}
+            }
+        }
+        out
     }
 
     /// Handles a ring message from a peer.
@@ -537,7 +552,7 @@ impl Cluster {
             } else {
                 Vec::new()
             };
-            let children = self.children_in(map);
+            let children: Vec<CellId> = self.handoffs_in(map).into_iter().map(|(c, _)| c).collect();
             for child in &children {
                 if !targets.contains(child) {
                     targets.push(child.clone());

@@ -256,10 +256,26 @@ fn rules(cl: &Arc<Cluster>, from: &CellId, f: &OwnedFrame) -> Option<Rules> {
     let child_of_sender = map.migrations().iter().any(|m| {
         matches!(m, Migration::Division { parent, child, .. } if *child == me && parent == from)
     });
+    // A shift's target holds the part its giver streams to it before the flip.
+    let incoming: Vec<HashRange> = map
+        .migrations()
+        .iter()
+        .filter_map(|m| match m {
+            Migration::Shift {
+                from: giver,
+                targets,
+                range,
+                ..
+            } if giver == from && targets.contains(&me) => Some(*range),
+            _ => None,
+        })
+        .collect();
     let map = Rc::new(map);
     let (owner_map, owner_me) = (map.clone(), me.clone());
     Some(Rules {
-        holds: Box::new(move |h| child_of_sender || map.holds_copy(&me, h)),
+        holds: Box::new(move |h| {
+            child_of_sender || incoming.iter().any(|r| r.contains(h)) || map.holds_copy(&me, h)
+        }),
         mine: Box::new(move |h| owner_map.owner(h).id == owner_me),
         sender,
     })

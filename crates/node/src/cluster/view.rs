@@ -76,11 +76,11 @@ pub struct MemoryView {
 
 #[derive(Debug, Serialize)]
 pub struct MigrationView {
-    /// `division` or `absorption`.
+    /// `division`, `absorption` or `shift`.
     pub kind: &'static str,
-    /// The cell giving the range (the parent, or the departed cell).
+    /// The cell giving the range (the parent, the departed cell, or the shift's giver).
     pub from: String,
-    /// The cell taking it (the child, or the successor).
+    /// The cell taking it (the child, the successor, or the neighbour a shift moves it to).
     pub to: String,
     pub range: [String; 2],
 }
@@ -236,6 +236,14 @@ pub async fn gather(cl: &Arc<Cluster>) -> RingView {
                 kind: "absorption",
                 from: departed.to_string(),
                 to: successor.to_string(),
+                range: hex(*range),
+            },
+            Migration::Shift {
+                from, to, range, ..
+            } => MigrationView {
+                kind: "shift",
+                from: from.to_string(),
+                to: to.to_string(),
                 range: hex(*range),
             },
         })

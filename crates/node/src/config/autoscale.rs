@@ -71,6 +71,12 @@ pub struct AutoscaleConfig {
     /// The ring's data counts as growing (and no cell is absorbed) only when it gains more
     /// than this fraction of a cell's memory per window.
     pub steady_fill: f64,
+    /// Balancing: two neighbours count as skewed when the heavier masters more than `1 +
+    /// balance_skew` times the lighter's bytes, and then move the boundary between them (0:
+    /// never balance).
+    pub balance_skew: f64,
+    /// ... and only when the heavier masters at least this fraction of its memory more.
+    pub balance_min_fill: f64,
     /// Decisions kept for `ctl autoscale status`.
     pub decisions_kept: usize,
     /// `local`: child processes of this cell.
@@ -101,6 +107,8 @@ impl Default for AutoscaleConfig {
             retry_backoff_ms: p.retry_backoff_ms,
             retry_backoff_max_ms: p.retry_backoff_max_ms,
             steady_fill: p.steady_fill,
+            balance_skew: p.balance_skew,
+            balance_min_fill: p.balance_min_fill,
             decisions_kept: 50,
             local: LocalProvisionerConfig::default(),
             command: CommandProvisionerConfig::default(),
@@ -125,6 +133,8 @@ impl AutoscaleConfig {
             retry_backoff_ms: self.retry_backoff_ms,
             retry_backoff_max_ms: self.retry_backoff_max_ms,
             steady_fill: self.steady_fill,
+            balance_skew: self.balance_skew,
+            balance_min_fill: self.balance_min_fill,
         }
     }
 }
