@@ -1,6 +1,7 @@
 //! The autoscaler's driver (SPEC E1–E2): on the consensus leader — one per ring, and the
 //! next leader takes over after a failover — every `autoscale.sample_interval_ms` it asks
-//! every cell for its memory (`stats cell`: live bytes, limit, items it masters,
+//! every cell for its memory (`stats cell estimate`: live bytes, limit, the bytes of what
+//! it masters — estimated from its ranges, so no cell walks its items each second —,
 //! evictions, whether a provisioner started it), hands the sample to the pure policy
 //! (`cellcache_cluster::autoscale`) and carries out its decision:
 //! - **divide**: the provisioner starts a cell that joins through this cell as a division of
@@ -423,7 +424,7 @@ async fn sample(
     low_water: f64,
 ) -> Vec<CellReport> {
     let mut out = Vec::with_capacity(map.cells().len());
-    let answers = super::view::cell_stats(cl, map, super::view::CellStats::Cell).await;
+    let answers = super::view::cell_stats(cl, map, super::view::CellStats::Estimate).await;
     for (c, text) in map.cells().iter().zip(answers) {
         let stats = text.as_deref().and_then(super::stats::parse);
         let num = |name: &str| -> Option<u64> {
@@ -434,17 +435,10 @@ async fn sample(
                 .and_then(|(_, v)| v.parse().ok())
         };
         let figures = (|| {
-            let bytes = num("bytes")?;
-            let items = num("curr_items")?;
-            let mine = num("cluster_master_items")?;
             Some(Figures {
-                bytes,
+                bytes: num("bytes")?,
                 limit: num("limit_maxbytes")?,
-                master_bytes: if items == 0 {
-                    0
-                } else {
-                    (bytes as u128 * u128::from(mine.min(items)) / u128::from(items)) as u64
-                },
+                master_bytes: num("cluster_master_bytes_estimate")?,
                 evictions: num("evictions")?,
             })
         })();

@@ -210,6 +210,11 @@ fn execute_local(
             super::stats::local_cell_stats(cl, out);
             Flow::Continue
         }
+        // The same without walking the items, for what asks every second (autoscale).
+        Request::Stats(cellcache_proto::StatsGroup::Other(super::stats::CELL_ESTIMATE_GROUP)) => {
+            super::stats::local_cell_stats_estimate(cl, out);
+            Flow::Continue
+        }
         _ => crate::local::execute(&cl.cell, req, now, out, counters),
     })
 }

@@ -22,19 +22,30 @@
 //! `stats cell` is the entry cell alone; `stats cells` is every cell's `stats cell`, each
 //! name prefixed with the cell's id and a colon (`STAT 2:curr_items 10`), as memcached's
 //! `stats slabs` prefixes a class. `stats reset` resets every cell.
+//!
+//! `stats cell` counts the items of the master range exactly, by walking them under each
+//! shard's lock (a full 64 MiB store: 128–216 ms, docs/store.md). What asks every cell
+//! every second — the autoscaler, the ring view — asks `stats cell estimate` instead: the
+//! same figures without the walk, the master copies' bytes estimated from the ranges' lengths
+//! ([`master_bytes_estimate`]).
 
 use cellcache_proto::lines;
 use std::sync::Arc;
 use std::time::Duration;
 
 use cellcache_cluster::wire::FrameKind;
-use cellcache_cluster::{CellId, CellState};
+use cellcache_cluster::{CellId, CellState, HashRange};
 
 use super::Cluster;
 use super::route::{Done, Reply};
 
 /// The request that asks one cell for its own figures.
 pub const CELL_STATS: &[u8] = b"stats cell\r\n";
+/// The same without walking the cell's items: `cluster_master_items` is left out and
+/// `cluster_master_bytes_estimate` given instead (see [`master_bytes_estimate`]).
+pub const CELL_ESTIMATE_STATS: &[u8] = b"stats cell estimate\r\n";
+/// The `stats` group of [`CELL_ESTIMATE_STATS`].
+pub const CELL_ESTIMATE_GROUP: &[u8] = b"cell estimate";
 
 /// Fields that are the entry cell's, not a sum.
 const ENTRY_FIELDS: &[&str] = &[
@@ -57,7 +68,7 @@ const ENTRY_FIELDS: &[&str] = &[
 ];
 
 /// The range this cell masters, while it is an Active cell of its map.
-fn master_range(cl: &Cluster) -> Option<cellcache_cluster::HashRange> {
+fn master_range(cl: &Cluster) -> Option<HashRange> {
     let ring = cl.lock_ring();
     ring.map()
         .cell(&cl.me)
@@ -72,7 +83,7 @@ impl Cluster {
     }
 }
 
-/// Extra lines of a cell's `stats cell`: what it holds as master.
+/// Extra lines of a cell's `stats cell`: what it holds as master, counted item by item.
 pub fn master_share(cl: &Cluster, out: &mut Vec<u8>) {
     let range = master_range(cl);
     let mut items = 0u64;
@@ -82,8 +93,50 @@ pub fn master_share(cl: &Cluster, out: &mut Vec<u8>) {
             .for_each_in_range(r, cl.cell.now(), |_| items += 1);
     }
     out.extend_from_slice(format!("STAT cluster_master_items {items}\r\n").as_bytes());
+    provisioned(cl, out);
+}
+
+fn provisioned(cl: &Cluster, out: &mut Vec<u8>) {
     let provisioned = u8::from(cl.cell.config.cluster.provisioned);
     out.extend_from_slice(format!("STAT cluster_provisioned {provisioned}\r\n").as_bytes());
+}
+
+/// The bytes of master copies among a cell's `bytes`, estimated without looking at an item:
+/// keys hash uniformly over the ring (xxh3), so each range holds bytes in proportion to its
+/// length, and a cell's bytes divide between the range it masters and the ranges it backs
+/// up as their lengths do. `None` (not an Active cell): it masters nothing.
+///
+/// An estimate: a skewed key set, or items of a range not yet trimmed after a change, make
+/// it off, which is what an autoscaling decision (a watermark, not a count) tolerates.
+pub fn master_bytes_estimate(bytes: u64, master: Option<HashRange>, backups: &[HashRange]) -> u64 {
+    let Some(master) = master else {
+        return 0;
+    };
+    let held = master.len() + backups.iter().map(HashRange::len).sum::<u128>();
+    // `held` is at least `master.len()`, which is at least 1: a range is never empty.
+    (u128::from(bytes) * master.len() / held) as u64
+}
+
+/// Extra lines of a cell's `stats cell estimate`: its master copies' bytes, estimated from
+/// its ranges' lengths ([`master_bytes_estimate`]); `bytes` is the cell's own.
+fn master_share_estimate(cl: &Cluster, bytes: u64, out: &mut Vec<u8>) {
+    let (master, backups) = {
+        let ring = cl.lock_ring();
+        let map = ring.map();
+        let master = map
+            .cell(&cl.me)
+            .filter(|c| c.state == CellState::Active)
+            .and_then(|c| c.range);
+        let backups: Vec<HashRange> = map
+            .backup_ranges(&cl.me)
+            .into_iter()
+            .map(|(_, r)| r)
+            .collect();
+        (master, backups)
+    };
+    let estimate = master_bytes_estimate(bytes, master, &backups);
+    out.extend_from_slice(format!("STAT cluster_master_bytes_estimate {estimate}\r\n").as_bytes());
+    provisioned(cl, out);
 }
 
 /// Parses `STAT name value` lines (up to `END`).
@@ -441,6 +494,24 @@ pub fn local_cell_stats(cl: &Cluster, out: &mut Vec<u8>) {
     out.extend_from_slice(lines::END);
 }
 
+/// This cell's `stats cell estimate`: [`local_cell_stats`] but for the walk, the master
+/// copies' bytes estimated ([`master_bytes_estimate`]) instead of their items counted.
+pub fn local_cell_stats_estimate(cl: &Cluster, out: &mut Vec<u8>) {
+    let mut mine = Vec::new();
+    crate::stats::reply(
+        &cl.cell,
+        &cellcache_proto::StatsGroup::Other(b"cell"),
+        cl.cell.now(),
+        &mut mine,
+    );
+    let bytes = parse(&mine)
+        .and_then(|f| num(&f, "bytes"))
+        .map_or(0, |b| b as u64);
+    out.extend_from_slice(&without_end(mine));
+    master_share_estimate(cl, bytes, out);
+    out.extend_from_slice(lines::END);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -557,6 +628,63 @@ mod tests {
             &[b"STAT items:1:number 3\r\nEND\r\n".to_vec()],
         );
         assert_eq!(stat, b"STAT items:1:number 5\r\nEND\r\n");
+    }
+
+    #[test]
+    fn the_master_share_of_bytes_follows_the_ranges_lengths() {
+        let quarter = 1u64 << 62;
+        // Not an Active cell: it masters nothing.
+        assert_eq!(master_bytes_estimate(1000, None, &[]), 0);
+        // A ring of one: everything it holds it masters.
+        assert_eq!(
+            master_bytes_estimate(1000, Some(HashRange::FULL), &[]),
+            1000
+        );
+        // Two cells, two copies: each masters one half and backs up the other.
+        let low = HashRange::new(0, 2 * quarter - 1);
+        let high = HashRange::new(2 * quarter, u64::MAX);
+        assert_eq!(master_bytes_estimate(1000, Some(low), &[high]), 500);
+        // Masters a half and backs up a quarter: two thirds of its bytes are its own.
+        let last = HashRange::new(3 * quarter, u64::MAX);
+        assert_eq!(master_bytes_estimate(900, Some(low), &[last]), 600);
+        // Masters a quarter and backs up a half (a wrapping one): a third.
+        let wrapping = HashRange::new(3 * quarter, quarter - 1);
+        let second = HashRange::new(quarter, 2 * quarter - 1);
+        assert_eq!(master_bytes_estimate(900, Some(second), &[wrapping]), 300);
+        assert_eq!(master_bytes_estimate(0, Some(second), &[wrapping]), 0);
+        assert_eq!(
+            master_bytes_estimate(u64::MAX, Some(HashRange::FULL), &[]),
+            u64::MAX,
+            "no overflow"
+        );
+    }
+
+    /// The estimate's premise, with the ring's own hash: real keys' bytes in a range are
+    /// proportional to its length, so the estimate is close to the exact count.
+    #[test]
+    fn the_estimate_is_close_to_the_bytes_of_real_keys() {
+        let quarter = 1u64 << 62;
+        // A cell masters a half and backs up its predecessor's quarter.
+        let master = HashRange::new(0, 2 * quarter - 1);
+        let backup = HashRange::new(3 * quarter, u64::MAX);
+        let (mut mine, mut held) = (0u64, 0u64);
+        for i in 0..40_000u64 {
+            let key = format!("grow{i}");
+            let size = 900 + i % 200;
+            let hash = cellcache_store::key_hash(key.as_bytes());
+            if master.contains(hash) {
+                mine += size;
+                held += size;
+            } else if backup.contains(hash) {
+                held += size;
+            }
+        }
+        let estimate = master_bytes_estimate(held, Some(master), &[backup]);
+        let off = (estimate as f64 - mine as f64).abs() / mine as f64;
+        assert!(
+            off < 0.02,
+            "estimate {estimate}, exact {mine}: {off:.3} off"
+        );
     }
 
     #[test]

@@ -101,10 +101,13 @@ fn stat(stats: &str, name: &str) -> Option<u64> {
 /// Which `stats` a cell is asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CellStats {
-    /// `stats` (this cell's own general figures).
+    /// `stats` (this cell's own general figures; of another cell, its `stats cell
+    /// estimate`, whose general figures are the same and which walks nothing).
     General,
-    /// `stats cell`: the general figures, `stats cellcache` and what it masters.
-    Cell,
+    /// `stats cell estimate`: the general figures, `stats cellcache` and the bytes of what it
+    /// masters, estimated from its ranges without walking its items (the autoscaler asks
+    /// every cell every sample).
+    Estimate,
 }
 
 /// Every cell's `stats` reply, in map order (`None`: it did not answer within
@@ -126,12 +129,13 @@ pub async fn cell_stats(
                     cl.cell.now(),
                     &mut o,
                 ),
-                CellStats::Cell => super::stats::local_cell_stats(cl, &mut o),
+                CellStats::Estimate => super::stats::local_cell_stats_estimate(cl, &mut o),
             }
             asks.push(tokio::spawn(async move { Some(o) }));
         } else if let Some(link) = cl.link(&c.id) {
             asks.push(tokio::spawn(async move {
-                let call = link.call(FrameKind::ForwardRequest, super::stats::CELL_STATS.to_vec());
+                let request = super::stats::CELL_ESTIMATE_STATS.to_vec();
+                let call = link.call(FrameKind::ForwardRequest, request);
                 match tokio::time::timeout(MEMORY_WAIT, call).await {
                     Ok(Ok(f)) if f.kind == FrameKind::ForwardReply => Some(f.payload),
                     _ => None,
