@@ -82,6 +82,8 @@ fn autoscaling_cell(cells: &Cells, extra: &[&str], env: &[(&str, &str)]) -> Serv
         ("CELLCACHE_CLUSTER__RAFT__ELECTION_TIMEOUT_MIN_MS", "1500"),
         ("CELLCACHE_CLUSTER__RAFT__ELECTION_TIMEOUT_MAX_MS", "3000"),
         ("CELLCACHE_CLUSTER__RING__HEARTBEAT_INTERVAL_MS", "250"),
+        // An idle ring driver wakes for each heartbeat (and a new map) only.
+        ("CELLCACHE_CLUSTER__RING__IDLE_TICK_MS", "250"),
         ("CELLCACHE_CLUSTER__RING__SUSPICION_TIMEOUT_MS", "3000"),
         ("CELLCACHE_CLUSTER__REQUEST_TIMEOUT_MS", REQUEST_TIMEOUT_MS),
         ("CELLCACHE_CLUSTER__PEER_REPLY_TIMEOUT_MS", "20000"),
@@ -158,6 +160,43 @@ fn get(c: &mut Client, rec: &Recorder, key: &str) -> Option<Vec<u8>> {
     let value = c.get_value(key).map(String::into_bytes);
     rec.complete(at, Outcome::Ok(Reply::Value(value.clone())));
     value
+}
+
+/// Requests a pipelined batch holds: one round trip for them all instead of one each.
+const PIPELINE: usize = 100;
+
+/// `get` of every key through `c`, [`PIPELINE`] at a time, each recorded. The requests of a
+/// batch are in flight together, so each is recorded as its own client's (the history's
+/// clients run one operation at a time); the server answers them in order.
+fn get_all(c: &mut Client, rec: &Recorder, keys: &[String]) {
+    for batch in keys.chunks(PIPELINE) {
+        let mut req = Vec::new();
+        let mut invoked = Vec::with_capacity(batch.len());
+        for (slot, key) in batch.iter().enumerate() {
+            invoked.push(rec.invoke(slot as u64, Op::Get { key: key.clone() }));
+            req.extend_from_slice(format!("get {key}\r\n").as_bytes());
+        }
+        c.send(&req);
+        for (key, at) in batch.iter().zip(invoked) {
+            let value = match c.lines_until_end().as_slice() {
+                [] => None,
+                [_header, v] => Some(v.clone().into_bytes()),
+                other => panic!("unexpected reply to get {key}: {other:?}"),
+            };
+            rec.complete(at, Outcome::Ok(Reply::Value(value)));
+        }
+    }
+}
+
+/// `delete` of every key through `c`, [`PIPELINE`] at a time; each must answer `DELETED`.
+fn delete_all(c: &mut Client, keys: &[String]) {
+    for batch in keys.chunks(PIPELINE) {
+        let req: String = batch.iter().map(|k| format!("delete {k}\r\n")).collect();
+        c.send(req.as_bytes());
+        for key in batch {
+            assert_eq!(c.line(), "DELETED", "delete {key}");
+        }
+    }
 }
 
 /// Per 10 s window of a run: the most cells seen and the sets' latencies.
@@ -286,9 +325,8 @@ fn a_ring_grows_from_one_cell_to_many_and_back_to_one_losing_nothing() {
             std::thread::sleep(wait);
         }
     }
-    for i in 0..keys {
-        get(&mut c, &rec, &format!("grow{i}"));
-    }
+    let all: Vec<String> = (0..keys).map(|i| format!("grow{i}")).collect();
+    get_all(&mut c, &rec, &all);
     let grew = cells_in(&first).len();
     most = most.max(grew);
     let evicted = c.stat_of("", "evictions");
@@ -316,12 +354,11 @@ fn a_ring_grows_from_one_cell_to_many_and_back_to_one_losing_nothing() {
     // The data set shrinks to one cell's fifth: the ring absorbs back to one cell.
     let kept: Vec<usize> = (0..keys).step_by(50).collect();
     let shrink = Instant::now();
-    for i in 0..keys {
-        if i % 50 != 0 {
-            c.send(format!("delete grow{i}\r\n").as_bytes());
-            assert_eq!(c.line(), "DELETED", "delete grow{i}");
-        }
-    }
+    let gone: Vec<String> = (0..keys)
+        .filter(|i| i % 50 != 0)
+        .map(|i| format!("grow{i}"))
+        .collect();
+    delete_all(&mut c, &gone);
     println!("deleted in {:.0} s", shrink.elapsed().as_secs_f64());
     let deadline = Instant::now() + Duration::from_secs(400);
     while cells_in(&first).len() > 1 {
@@ -490,10 +527,8 @@ fn the_example_command_provisioner_starts_and_stops_cells() {
         std::thread::sleep(Duration::from_millis(250));
     }
     assert_eq!(cells.running(), 1, "the script's cell runs");
-    for i in 0..keys {
-        c.send(format!("delete c{i}\r\n").as_bytes());
-        assert_eq!(c.line(), "DELETED");
-    }
+    let all: Vec<String> = (0..keys).map(|i| format!("c{i}")).collect();
+    delete_all(&mut c, &all);
     let deadline = Instant::now() + Duration::from_secs(60);
     while cells_in(&first).len() > 1 || cells.running() > 0 {
         assert!(Instant::now() < deadline, "{:?}", autoscale_status(&first));
