@@ -82,8 +82,6 @@ fn autoscaling_cell(cells: &Cells, extra: &[&str], env: &[(&str, &str)]) -> Serv
         ("CELLCACHE_CLUSTER__RAFT__ELECTION_TIMEOUT_MIN_MS", "1500"),
         ("CELLCACHE_CLUSTER__RAFT__ELECTION_TIMEOUT_MAX_MS", "3000"),
         ("CELLCACHE_CLUSTER__RING__HEARTBEAT_INTERVAL_MS", "250"),
-        // An idle ring driver wakes for each heartbeat (and a new map) only.
-        ("CELLCACHE_CLUSTER__RING__IDLE_TICK_MS", "250"),
         ("CELLCACHE_CLUSTER__RING__SUSPICION_TIMEOUT_MS", "3000"),
         ("CELLCACHE_CLUSTER__REQUEST_TIMEOUT_MS", REQUEST_TIMEOUT_MS),
         ("CELLCACHE_CLUSTER__PEER_REPLY_TIMEOUT_MS", "20000"),
