@@ -57,6 +57,19 @@ enum CtlCommand {
         /// The cell id (as `ctl status` prints it).
         cell: String,
     },
+    /// Move the boundary between CELL and its neighbour --to: SHARE of CELL's range, the end
+    /// next to that neighbour, moves to it once streamed (balancing by hand; the autoscaler
+    /// does it by itself when neighbours stay skewed).
+    Shift {
+        /// The giving cell's id (as `ctl status` prints it).
+        cell: String,
+        /// The neighbour (successor or predecessor) taking the part.
+        #[arg(long, value_name = "CELL")]
+        to: String,
+        /// The fraction of CELL's range that moves, between 0 and 1.
+        #[arg(long, default_value_t = 0.25)]
+        share: f64,
+    },
     /// The ring dividing and absorbing cells by itself (docs/elasticity.md).
     Autoscale {
         #[command(subcommand)]
@@ -157,6 +170,12 @@ pub fn run(args: CtlArgs) -> anyhow::Result<()> {
         CtlCommand::Leave { cell } => {
             admin(server, "POST", &format!("/cluster/leave/{cell}"), token)?
         }
+        CtlCommand::Shift { cell, to, share } => admin(
+            server,
+            "POST",
+            &format!("/cluster/shift/{cell}?to={to}&share={share}"),
+            token,
+        )?,
         CtlCommand::Split { cell, new } => {
             let via = peer_of(server, token)?;
             let path = format!("/cluster/invite?via={via}&parent={cell}");

@@ -675,7 +675,7 @@ fn balance(cfg: &PolicyConfig, v: &View<'_>) -> Option<Decision> {
     let mut best: Option<(u64, Skew<'_>)> = None;
     for s in skewed_pairs(cfg, v.obs) {
         let since = v.skewed_since.get(&(s.giver.clone(), s.receiver.clone()));
-        if !since.is_some_and(|t| now.saturating_sub(*t) >= cfg.window_ms) {
+        if since.is_none_or(|t| now.saturating_sub(*t) < cfg.window_ms) {
             continue;
         }
         // Never set up a division: the move keeps every cell whose holdings grow below high

@@ -151,6 +151,26 @@ impl HashRange {
         }
     }
 
+    /// The parts of the ring that none of `keep` covers, as non-wrapping ranges (what a cell
+    /// may drop once it holds only `keep`).
+    pub fn gaps(keep: &[HashRange]) -> Vec<HashRange> {
+        let mut spans: Vec<(u64, u64)> = keep.iter().flat_map(|r| r.segments()).collect();
+        spans.sort_unstable();
+        let mut out = Vec::new();
+        let mut next: u64 = 0;
+        for (s, e) in spans {
+            if s > next {
+                out.push(HashRange::new(next, s - 1));
+            }
+            if e == u64::MAX {
+                return out;
+            }
+            next = next.max(e + 1);
+        }
+        out.push(HashRange::new(next, u64::MAX));
+        out
+    }
+
     /// Absorption: `self` followed by the adjacent `next` as one arc.
     pub fn merge(&self, next: &HashRange) -> Result<HashRange, RangeError> {
         if self.end.wrapping_add(1) != next.start || self.len() + next.len() > 1u128 << 64 {
@@ -186,6 +206,31 @@ impl fmt::Display for HashRange {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn gaps_are_the_complement() {
+        let r = HashRange::new;
+        assert_eq!(HashRange::gaps(&[HashRange::FULL]), vec![]);
+        assert_eq!(HashRange::gaps(&[r(0, 9)]), vec![r(10, u64::MAX)]);
+        assert_eq!(
+            HashRange::gaps(&[r(10, 19), r(30, 39)]),
+            vec![r(0, 9), r(20, 29), r(40, u64::MAX)]
+        );
+        // Adjacent and overlapping ranges leave no gap between them.
+        assert_eq!(
+            HashRange::gaps(&[r(0, 9), r(10, 19), r(5, 25)]),
+            vec![r(26, u64::MAX)]
+        );
+        // A wrapping range covers both ends.
+        assert_eq!(
+            HashRange::gaps(&[r(u64::MAX - 9, 9)]),
+            vec![r(10, u64::MAX - 10)]
+        );
+        assert_eq!(
+            HashRange::gaps(&[r(u64::MAX - 9, 9), r(10, u64::MAX - 10)]),
+            vec![]
+        );
+    }
+
     use super::*;
     use proptest::prelude::*;
 

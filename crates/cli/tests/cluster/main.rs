@@ -165,6 +165,7 @@ fn holders(clients: &mut [Client], key: &str) -> Vec<usize> {
         .collect()
 }
 
+mod balancing;
 mod handoff;
 mod replication;
 mod reshaping;

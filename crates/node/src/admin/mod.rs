@@ -217,6 +217,7 @@ fn router(plane: Arc<Plane>) -> Router {
         .route("/cluster/ranges", get(ranges))
         .route("/cluster/peek/{key}", get(peek))
         .route("/cluster/leave/{cell}", post(leave))
+        .route("/cluster/shift/{cell}", post(shift))
         .route("/cluster/invite", post(invite))
         .route("/autoscale", get(autoscale_status))
         .route("/cluster/autoscale", get(autoscale_text))
@@ -373,6 +374,26 @@ async fn autoscale_switch(State(plane): State<Arc<Plane>>, Path(switch): Path<St
     };
     match plane.ring.cluster.get() {
         Some(cl) => text(cluster::autoscale::switch_ring(cl, on).await),
+        None => not_a_member(),
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct Shift {
+    /// The neighbour taking the part.
+    to: String,
+    /// Of the giving cell's range, 0 to 1.
+    share: f64,
+}
+
+/// Begins a shift: `share` of `cell`'s range, the end next to `to`, moves to `to`.
+async fn shift(
+    State(plane): State<Arc<Plane>>,
+    Path(cell): Path<String>,
+    Query(s): Query<Shift>,
+) -> Response {
+    match plane.ring.cluster.get() {
+        Some(cl) => text(cluster::ext::shift(cl, &cell, &s.to, s.share).await),
         None => not_a_member(),
     }
 }

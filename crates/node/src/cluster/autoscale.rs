@@ -334,7 +334,12 @@ async fn balance(cl: &Arc<Cluster>, scale: &Arc<Autoscale>, d: Decision) {
     if let Err(e) = cl.shift(cell.clone(), to.clone(), *share).await {
         let mut s = scale.state.lock();
         s.policy.failed(cell, cl.now_ms());
-        s.record(cl, "failed", cell.to_string(), format!("shift refused: {e}"));
+        s.record(
+            cl,
+            "failed",
+            cell.to_string(),
+            format!("shift refused: {e}"),
+        );
     }
 }
 

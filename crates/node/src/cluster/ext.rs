@@ -11,6 +11,7 @@
 //! - `autoscale status|on|off`: this cell's autoscaling as JSON, or its switch (the admin
 //!   plane's `ctl autoscale` asks the deciding cell, and switches every cell).
 //! - leave: begin a cell's absorption by its successor.
+//! - shift: move a share of a cell's range to its neighbour (balancing by hand).
 //! - ranges: items this cell holds per range it masters or backs up.
 //! - peek: this cell's own copy of a key (master or backup), as `VALUE <key> <flags>
 //!   <bytes> <cas>` … `END`, never forwarded (diagnostics, tests).
@@ -85,6 +86,25 @@ pub async fn leave(cl: &Arc<Cluster>, cell: &str) -> Vec<u8> {
             Err(e) => server_error(&format!("leave refused: {e}")),
         },
         Err(_) => lines::CLIENT_ERROR_BAD_CELL_ID.to_vec(),
+    }
+}
+
+/// Begins a shift of `share` of `from`'s range to its neighbour `to` (ids as `status`
+/// prints them): `OK <epoch>`.
+pub async fn shift(cl: &Arc<Cluster>, from: &str, to: &str, share: f64) -> Vec<u8> {
+    let (Ok(from), Ok(to)) = (from.parse::<CellId>(), to.parse::<CellId>()) else {
+        return lines::CLIENT_ERROR_BAD_CELL_ID.to_vec();
+    };
+    if !(share > 0.0 && share < 1.0) {
+        return b"CLIENT_ERROR share must be between 0 and 1\r\n".to_vec();
+    }
+    match cl.shift(from, to, share).await {
+        Ok(map) => {
+            let mut out = Vec::new();
+            lines::write_ok_with(&mut out, map.epoch().to_string().as_bytes());
+            out
+        }
+        Err(e) => server_error(&format!("shift refused: {e}")),
     }
 }
 

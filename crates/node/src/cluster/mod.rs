@@ -693,7 +693,7 @@ impl Cluster {
     fn trim(&self, master: Option<HashRange>, backups: Vec<HashRange>) {
         let Some(master) = master else { return };
         let keep: Vec<HashRange> = std::iter::once(master).chain(backups).collect();
-        let dropped: usize = gaps(&keep)
+        let dropped: usize = HashRange::gaps(&keep)
             .into_iter()
             .map(|g| self.cell.store.drop_range(g))
             .sum();
@@ -758,56 +758,5 @@ impl Cluster {
             ring.drain_outputs()
         };
         self.process(outputs);
-    }
-}
-
-/// The parts of the hash ring that none of `keep` covers, as non-wrapping ranges.
-fn gaps(keep: &[HashRange]) -> Vec<HashRange> {
-    let mut spans: Vec<(u64, u64)> = Vec::new();
-    for r in keep {
-        if r.start <= r.end {
-            spans.push((r.start, r.end));
-        } else {
-            spans.push((r.start, u64::MAX));
-            spans.push((0, r.end));
-        }
-    }
-    spans.sort_unstable();
-    let mut out = Vec::new();
-    let mut next: u64 = 0;
-    for (s, e) in spans {
-        if s > next {
-            out.push(HashRange::new(next, s - 1));
-        }
-        if e == u64::MAX {
-            return out;
-        }
-        next = next.max(e + 1);
-    }
-    out.push(HashRange::new(next, u64::MAX));
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn r(a: u64, b: u64) -> HashRange {
-        HashRange::new(a, b)
-    }
-
-    #[test]
-    fn gaps_are_the_complement() {
-        assert_eq!(gaps(&[HashRange::FULL]), vec![]);
-        assert_eq!(gaps(&[r(0, 9)]), vec![r(10, u64::MAX)]);
-        assert_eq!(
-            gaps(&[r(10, 19), r(30, 39)]),
-            vec![r(0, 9), r(20, 29), r(40, u64::MAX)]
-        );
-        // Adjacent and overlapping ranges leave no gap between them.
-        assert_eq!(gaps(&[r(0, 9), r(10, 19), r(5, 25)]), vec![r(26, u64::MAX)]);
-        // A wrapping range covers both ends.
-        assert_eq!(gaps(&[r(u64::MAX - 9, 9)]), vec![r(10, u64::MAX - 10)]);
-        assert_eq!(gaps(&[r(u64::MAX - 9, 9), r(10, u64::MAX - 10)]), vec![]);
     }
 }

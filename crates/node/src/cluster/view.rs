@@ -294,6 +294,7 @@ impl RingView {
         for m in &self.migrations {
             let (from, to) = match m.kind {
                 "division" => ("parent", "child"),
+                "shift" => ("from", "to"),
                 _ => ("departed", "successor"),
             };
             out.push_str(&format!(
