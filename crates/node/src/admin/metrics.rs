@@ -172,7 +172,7 @@ struct Figures {
     /// 1 for a cell that is not a ring member).
     range_share: f64,
     /// Autoscale decisions this cell made as the ring's decider, by action (ring members).
-    autoscale: Option<[(&'static str, u64); 3]>,
+    autoscale: Option<[(&'static str, u64); 4]>,
 }
 
 impl Figures {
@@ -310,7 +310,7 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             range_share: 0.25,
-            autoscale: Some([("divide", 3), ("absorb", 1), ("failed", 0)]),
+            autoscale: Some([("divide", 3), ("absorb", 1), ("failed", 0), ("balance", 2)]),
         }
     }
 

@@ -45,7 +45,7 @@ struct State {
     decisions: VecDeque<Record>,
     kept: usize,
     /// Decisions this cell made, by action: divide, absorb, failed.
-    counts: [u64; 3],
+    counts: [u64; 4],
 }
 
 /// One decision and what became of it.
@@ -125,7 +125,7 @@ impl Autoscale {
                 deciding: false,
                 decisions: VecDeque::new(),
                 kept: a.decisions_kept,
-                counts: [0; 3],
+                counts: [0; 4],
             }),
         }
     }
@@ -164,9 +164,14 @@ impl Autoscale {
     }
 
     /// Decisions this cell made as the decider (`/metrics`), by action.
-    pub fn counts(&self) -> [(&'static str, u64); 3] {
+    pub fn counts(&self) -> [(&'static str, u64); 4] {
         let c = self.state.lock().counts;
-        [("divide", c[0]), ("absorb", c[1]), ("failed", c[2])]
+        [
+            ("divide", c[0]),
+            ("absorb", c[1]),
+            ("failed", c[2]),
+            ("balance", c[3]),
+        ]
     }
 
     /// The ring is shutting down: the provisioner stops what it started here.
@@ -181,6 +186,7 @@ impl State {
         let slot = match action {
             "divide" => 0,
             "absorb" => 1,
+            "balance" => 3,
             _ => 2,
         };
         self.counts[slot] += 1;
@@ -191,6 +197,7 @@ impl State {
             kind: match action {
                 "divide" => "autoscale_divide",
                 "absorb" => "autoscale_absorb",
+                "balance" => "autoscale_balance",
                 _ => "autoscale_failed",
             },
             cell: cell.clone(),

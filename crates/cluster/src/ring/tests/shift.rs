@@ -1,9 +1,7 @@
 //! Unit tests of a shift (balancing) in the ring state machine: who may serve the moved part
 //! while the two cells' maps and leases change, message by message.
 
-use super::tests::{addr, exchange, id, sends, two_cells};
 use super::*;
-use crate::change::apply;
 
 fn applied(map: &ClusterMap, change: Change) -> ClusterMap {
     let proposal = Proposal {

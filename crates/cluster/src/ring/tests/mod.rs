@@ -4,14 +4,14 @@
 use super::*;
 use crate::change::apply;
 
-pub(super) fn addr(n: u32) -> CellAddress {
+fn addr(n: u32) -> CellAddress {
     CellAddress {
         client: format!("127.0.0.1:{}", 21000 + n),
         peer: format!("127.0.0.1:{}", 31000 + n),
     }
 }
 
-pub(super) fn id(s: &str) -> CellId {
+fn id(s: &str) -> CellId {
     s.parse().unwrap()
 }
 
@@ -31,7 +31,7 @@ fn one_divides(m: &ClusterMap) -> ClusterMap {
 }
 
 /// Bootstrap 1, divide into 1 and 2 (r = 2): each backs up the other.
-pub(super) fn two_cells() -> ClusterMap {
+fn two_cells() -> ClusterMap {
     let m = one_divides(&ClusterMap::bootstrap(id("1"), addr(0), 2).unwrap());
     apply(
         &m,
@@ -43,7 +43,7 @@ pub(super) fn two_cells() -> ClusterMap {
     .unwrap()
 }
 
-pub(super) fn sends(outputs: &[Output]) -> Vec<(CellId, RingMessage)> {
+fn sends(outputs: &[Output]) -> Vec<(CellId, RingMessage)> {
     outputs
         .iter()
         .filter_map(|o| match o {
@@ -54,7 +54,7 @@ pub(super) fn sends(outputs: &[Output]) -> Vec<(CellId, RingMessage)> {
 }
 
 /// Delivers every message between the two rings until quiet, all at time `now`.
-pub(super) fn exchange(a: &mut Ring, b: &mut Ring, now: u64) {
+fn exchange(a: &mut Ring, b: &mut Ring, now: u64) {
     for _ in 0..8 {
         let mut moved = false;
         for (to, m) in sends(&a.drain_outputs()) {
@@ -659,3 +659,5 @@ fn a_ring_remembers_a_bounded_number_of_maps() {
     assert_eq!(a.recent.len(), RECENT_MAPS_MAX, "the oldest is forgotten");
     assert!(a.recent.front().unwrap().epoch() > first);
 }
+
+mod shift;

@@ -1,0 +1,191 @@
+//! The ring's leases: answering heartbeats with grants, taking grants as leases, and
+//! releasing what a master no longer relies on (see the module docs of [`super`], "Leases").
+
+use super::*;
+
+impl Ring {
+    /// Tells backup `b` that this cell relies on no lease it answered to a heartbeat sent
+    /// before `now_ms` but `keep` (the lease it still holds, already cut to it), and stops
+    /// accepting such answers.
+    pub(super) fn release(&mut self, b: CellId, epoch: u64, keep: Option<HashRange>, now_ms: u64) {
+        let from = self.accept_from_ms.entry(b.clone()).or_insert(now_ms);
+        *from = (*from).max(now_ms);
+        let message = RingMessage::LeaseRelease {
+            from: self.me.clone(),
+            epoch,
+            before_ms: Some(now_ms),
+            keep,
+        };
+        self.outputs.push(Output::Send { to: b, message });
+    }
+
+    /// Handles a message from a peer.
+    pub fn step(&mut self, message: RingMessage, now_ms: u64) {
+        if self.fenced {
+            return;
+        }
+        match message {
+            RingMessage::Heartbeat {
+                from,
+                epoch,
+                sent_at_ms,
+            } => {
+                self.note_epoch(&from, epoch);
+                let grant = self.grant_for(&from, sent_at_ms, now_ms);
+                let message = RingMessage::HeartbeatAck {
+                    from: self.me.clone(),
+                    epoch: self.map.epoch(),
+                    echo_sent_at_ms: sent_at_ms,
+                    grant,
+                };
+                self.outputs.push(Output::Send { to: from, message });
+            }
+            RingMessage::HeartbeatAck {
+                from,
+                epoch,
+                echo_sent_at_ms,
+                grant,
+            } => {
+                self.note_epoch(&from, epoch);
+                if let Some(h) = self.handoffs.get_mut(&from) {
+                    h.last_ack_ms = h.last_ack_ms.max(now_ms);
+                }
+                if !self.backups.contains(&from) {
+                    return;
+                }
+                let ack = self.last_ack_ms.entry(from.clone()).or_insert(now_ms);
+                *ack = (*ack).max(now_ms);
+                let Some(granted) = grant else { return };
+                let newer = self
+                    .leases
+                    .get(&from)
+                    .is_none_or(|l| echo_sent_at_ms >= l.sent_at_ms);
+                let accepted = self
+                    .accept_from_ms
+                    .get(&from)
+                    .is_none_or(|from_ms| echo_sent_at_ms >= *from_ms);
+                if !(newer && accepted) {
+                    return;
+                }
+                let before = self.leases.get(&from).map(|l| l.range);
+                // A lease never covers more than this cell masters now: a grantor with an
+                // older map may grant a range it since gave up (it is then told so at once),
+                // and a part outside it must not come back to life with a later map.
+                let mine = self
+                    .map
+                    .cell(&self.me)
+                    .filter(|c| c.state == CellState::Active)
+                    .and_then(|c| c.range);
+                let range = match mine {
+                    Some(m) if m.covers(&granted) => Some(granted),
+                    Some(m) if granted.covers(&m) => Some(m),
+                    _ => None,
+                };
+                if let Some(range) = range {
+                    let expires_ms = echo_sent_at_ms.saturating_add(self.config.lease_ms);
+                    let lease = Lease {
+                        range,
+                        expires_ms,
+                        sent_at_ms: echo_sent_at_ms,
+                    };
+                    self.leases.insert(from.clone(), lease);
+                }
+                // Tell the grantor at once what it no longer needs to keep from others: the
+                // part of this grant cut off, or what earlier grants covered beyond it.
+                let epoch = self.map.epoch();
+                if range != Some(granted) {
+                    let keep = self.leases.get(&from).map(|l| l.range);
+                    self.release(from, epoch, keep, echo_sent_at_ms.saturating_add(1));
+                } else if before.is_some_and(|b| !granted.covers(&b)) {
+                    self.release(from, epoch, Some(granted), echo_sent_at_ms);
+                }
+            }
+            RingMessage::LeaseRelease {
+                from,
+                epoch,
+                before_ms,
+                keep,
+            } => {
+                self.note_epoch(&from, epoch);
+                let Some(before_ms) = before_ms else {
+                    self.grants.remove(&from);
+                    return;
+                };
+                if let Some(gs) = self.grants.get_mut(&from) {
+                    gs.retain_mut(|g| {
+                        if g.sent_at_ms >= before_ms {
+                            return true;
+                        }
+                        match keep {
+                            Some(k) if g.range.covers(&k) => {
+                                g.range = k;
+                                true
+                            }
+                            _ => false,
+                        }
+                    });
+                }
+            }
+        }
+    }
+
+    fn note_epoch(&mut self, from: &CellId, epoch: u64) {
+        if epoch > self.map.epoch() {
+            self.outputs.push(Output::NeedMap { from: from.clone() });
+        }
+    }
+
+    /// The lease this cell grants `to` for its heartbeat sent at `sent_at_ms`, if any: `to`'s
+    /// range in my map when I back it up and no unexpired grant to another cell overlaps it.
+    fn grant_for(&mut self, to: &CellId, sent_at_ms: u64, now_ms: u64) -> Option<HashRange> {
+        let me_active = self
+            .map
+            .cell(&self.me)
+            .is_some_and(|c| c.state == CellState::Active);
+        if !me_active || now_ms >= self.map_valid_until_ms {
+            return None;
+        }
+        let (_, range) = self
+            .map
+            .backup_ranges(&self.me)
+            .into_iter()
+            .find(|(c, _)| c.id == *to)?;
+        let conflict = self.grants.iter().any(|(other, gs)| {
+            other != to
+                && gs
+                    .iter()
+                    .any(|g| now_ms < g.expires_ms && g.range.overlaps(&range))
+        });
+        if conflict {
+            return None;
+        }
+        let expires_ms = now_ms
+            .saturating_add(self.config.lease_ms)
+            .saturating_add(self.config.clock_drift_margin_ms);
+        let gs = self.grants.entry(to.clone()).or_default();
+        // Earlier grants this one outlasts and covers say nothing more.
+        gs.retain(|g| !(range.covers(&g.range) && g.expires_ms <= expires_ms));
+        gs.push(Lease {
+            range,
+            expires_ms,
+            sent_at_ms,
+        });
+        Some(range)
+    }
+
+    /// The backups whose lease does not cover this cell's master range now.
+    pub(super) fn backups_without_lease(&self, now_ms: u64) -> Vec<CellId> {
+        let Some(range) = self.map.cell(&self.me).and_then(|c| c.range) else {
+            return Vec::new();
+        };
+        self.backups
+            .iter()
+            .filter(|b| {
+                self.leases
+                    .get(*b)
+                    .is_none_or(|l| now_ms >= l.expires_ms || !l.range.covers(&range))
+            })
+            .cloned()
+            .collect()
+    }
+}
