@@ -91,6 +91,12 @@ def test_the_dashboard_shows_a_division_live(ring):
         phone.goto(url)
         phone.wait_for_function("document.querySelectorAll('#circle path[data-cell]').length === 4",
                                 timeout=WAIT_MS)
+        # On a phone every figure of a cell is on screen, none past its right edge.
+        phone.wait_for_function("document.querySelectorAll('#cells td[data-lag]').length === 4",
+                                timeout=WAIT_MS)
+        for figure in ("td[data-p99]", "td[data-lag]"):
+            box = phone.locator(f"#cells {figure}").first.bounding_box()
+            assert box and box["width"] > 0 and box["x"] + box["width"] <= 390, (figure, box)
         phone.screenshot(path=os.path.join(shots_dir(), "dashboard-phone.png"), full_page=True)
         browser.close()
     c.close()
