@@ -129,7 +129,7 @@ pub struct Cluster {
     raft_ids: Mutex<HashMap<u64, CellId>>,
     /// Snapshot streams running, by target and range. Lock order: a leaf lock, see
     /// [`Cluster`].
-    streams: Mutex<BTreeMap<(CellId, (u64, u64)), Arc<repl::StreamProgress>>>,
+    streams: Mutex<streams::Running>,
     reconciling: AtomicBool,
     /// A catch-up with the voters' maps runs (see [`catchup`]).
     catching_up: AtomicBool,

@@ -3,6 +3,7 @@
 //! while they run (`in_progress`, `/metrics`' `cellcache_streams_active` and
 //! `cellcache_stream_*`). The snapshot itself is [`super::repl`]'s.
 
+use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -12,6 +13,9 @@ use cellcache_cluster::{CellId, HashRange};
 
 use super::Cluster;
 use super::repl::StreamProgress;
+
+/// The streams running, by target and range (`start`, `end`), each with its progress.
+pub(super) type Running = BTreeMap<(CellId, (u64, u64)), Arc<StreamProgress>>;
 
 /// One running stream, as [`Cluster::streams_running`] reads it.
 #[derive(Debug, Clone)]
