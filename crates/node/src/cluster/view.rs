@@ -414,3 +414,27 @@ impl Cluster {
         (map.epoch(), cells)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cells_histogram_is_read_from_its_stats_cellcache() {
+        let cell = crate::latency::Latency::default();
+        let mut local = crate::latency::LocalLatency::default();
+        local.record(Duration::from_micros(3), 4);
+        local.record(Duration::from_millis(1), 1);
+        cell.absorb(&mut local);
+        let mut raw = b"STAT protocol_errors 0\r\n".to_vec();
+        cell.write_stats(&mut raw);
+        let view = latency_view(&String::from_utf8_lossy(&raw)).expect("every line is there");
+        assert_eq!(view.count, 5);
+        assert_eq!(view.bounds_us.len(), crate::latency::BUCKETS);
+        assert_eq!(view.bounds_us[..3], [1, 2, 4]);
+        assert_eq!(view.cumulative[..3], [0, 0, 4]);
+        assert_eq!(view.cumulative.last(), Some(&5));
+        // A cell whose stats lack the lines (an older version) shows none.
+        assert!(latency_view("STAT request_duration_count 5\r\n").is_none());
+    }
+}
