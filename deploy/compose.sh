@@ -10,7 +10,11 @@
 #                              `count(up == 1)` from Prometheus (3)
 #   deploy/compose.sh down     removes the containers and the network
 #
-# Uses `docker compose` when the engine has it, else `docker-compose`.
+# The cellcache image is CELLCACHE_IMAGE (cellcache:dev), built by `deploy/ring.sh build` (a
+# static release build) if missing. With CELLCACHE_COMPOSE_BINARY=PATH it is built from that
+# binary instead, dynamically linked, with the libraries `ldd` lists
+# (deploy/dynamic.Dockerfile): scripts/compose-check uses the release binary readme-check
+# built. Uses `docker compose` when the engine has it, else `docker-compose`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . deploy/lib.sh
@@ -27,6 +31,23 @@ prometheus_image() {
   cp /usr/bin/prometheus deploy/prometheus/Dockerfile "$context/"
   cp /lib/x86_64-linux-gnu/libc.so.6 /lib64/ld-linux-x86-64.so.2 "$context/"
   docker build -q -t "$prom_image" "$context" >/dev/null
+  rm -rf "$context"
+}
+
+# The cellcache image from a dynamically linked binary and the libraries it loads.
+binary_image() {
+  local binary=$1 context lib
+  context=$(mktemp -d)
+  mkdir -p "$context/rootfs"
+  cp deploy/dynamic.Dockerfile "$context/Dockerfile"
+  cp "$binary" "$context/rootfs/cellcache"
+  if command -v strip >/dev/null 2>&1; then strip --strip-debug "$context/rootfs/cellcache"; fi
+  # Lines `name => /path (addr)` and the loader's `/path (addr)`; vdso has no file.
+  for lib in $(ldd "$binary" | grep -o '/[^ ]*'); do
+    mkdir -p "$context/rootfs$(dirname "$lib")"
+    cp -L "$lib" "$context/rootfs$lib"
+  done
+  docker build -q -t "$image" "$context" >/dev/null
   rm -rf "$context"
 }
 
@@ -63,7 +84,11 @@ scraped() {
 }
 
 up() {
-  docker image inspect "$image" >/dev/null 2>&1 || deploy/ring.sh build
+  if [ -n "${CELLCACHE_COMPOSE_BINARY:-}" ]; then
+    binary_image "$CELLCACHE_COMPOSE_BINARY"
+  else
+    docker image inspect "$image" >/dev/null 2>&1 || deploy/ring.sh build
+  fi
   prometheus_image
   secrets
   "${compose[@]}" up -d
@@ -94,5 +119,5 @@ case ${1:-} in
   up) up ;;
   check) check ;;
   down) down ;;
-  *) sed -n '2,14p' "$0"; exit 2 ;;
+  *) sed -n '2,19p' "$0"; exit 2 ;;
 esac

@@ -1,6 +1,7 @@
 """The dashboard (`GET /` on a cell's admin port) in a real headless browser: Chromium
 (Debian's) driven by Playwright, against a ring of three while a fourth cell divides one of
-their ranges — the page shows the new cell without a reload. Screenshots go to
+their ranges — the page shows the new cell without a reload, and every cell's p99 service
+time and replication lag. Screenshots go to
 target/dashboard/ (`CELLCACHE_DASHBOARD_SHOTS=docs` writes docs/dashboard*.png, as
 committed). cellcache only.
 """
@@ -43,6 +44,12 @@ def test_the_dashboard_shows_a_division_live(ring):
         c.set(f"dash-{i}", b"x" * 1000)
     for i in range(300):
         c.get(f"dash-{i}")
+    # Every cell serves some requests of its own, so each has service times to show.
+    for cell in cells:
+        other = Client(("127.0.0.1", cell.port), connect_timeout=5, timeout=10)
+        for i in range(20):
+            other.get(f"dash-{i}")
+        other.close()
     url = f"http://127.0.0.1:{cells[0].admin_port}/"
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
@@ -51,6 +58,17 @@ def test_the_dashboard_shows_a_division_live(ring):
         page.wait_for_function("document.querySelectorAll('#circle path[data-cell]').length === 3",
                                timeout=WAIT_MS)
         assert page.locator("#cells tr").count() == 3
+        # Each row shows a p99 (a duration, never compared) and its replication lag.
+        page.wait_for_function(
+            "[...document.querySelectorAll('#cells td[data-p99]')].length === 3 && "
+            "[...document.querySelectorAll('#cells td[data-p99]')]"
+            ".every((td) => /^(> )?[0-9.]+ (µs|ms|s)$/.test(td.textContent))",
+            timeout=WAIT_MS)
+        page.wait_for_function(
+            "[...document.querySelectorAll('#cells td[data-lag]')].length === 3 && "
+            "[...document.querySelectorAll('#cells td[data-lag]')]"
+            ".every((td) => /^[0-9]+ rec · [0-9.]+ (B|KiB|MiB)/.test(td.textContent))",
+            timeout=WAIT_MS)
         page.screenshot(path=os.path.join(shots_dir(), "dashboard.png"))
         # A fourth cell divides a range off, while the page stays open.
         standby = OneServer(["-m", "64", "--standby", "--peer-port", str(free_port())])
@@ -73,6 +91,12 @@ def test_the_dashboard_shows_a_division_live(ring):
         phone.goto(url)
         phone.wait_for_function("document.querySelectorAll('#circle path[data-cell]').length === 4",
                                 timeout=WAIT_MS)
+        # On a phone every figure of a cell is on screen, none past its right edge.
+        phone.wait_for_function("document.querySelectorAll('#cells td[data-lag]').length === 4",
+                                timeout=WAIT_MS)
+        for figure in ("td[data-p99]", "td[data-lag]"):
+            box = phone.locator(f"#cells {figure}").first.bounding_box()
+            assert box and box["width"] > 0 and box["x"] + box["width"] <= 390, (figure, box)
         phone.screenshot(path=os.path.join(shots_dir(), "dashboard-phone.png"), full_page=True)
         browser.close()
     c.close()

@@ -1,7 +1,8 @@
 """`/metrics` on the admin plane, scraped by a real Prometheus server (Debian's package):
 three cells of a ring, one scrape target each, as a memcached pool is scraped; PromQL over
-memcached_exporter's metric names gives the ring's figures. cellcache only: memcached has
-no /metrics (memcached_exporter makes one for it).
+memcached_exporter's metric names gives the ring's figures, and over cellcache's own the
+request service time histogram, each backup's replication lag and a division's hand-off
+stream. cellcache only: memcached has no /metrics (memcached_exporter makes one for it).
 """
 import json
 import os
@@ -15,7 +16,7 @@ import urllib.request
 import pytest
 from pymemcache.client.base import Client
 
-from conftest import cell_ring, free_port
+from conftest import CellRing, cell_ring, free_port
 
 MEMCACHED = os.environ.get("CELLCACHE_TEST_SERVER") == "memcached"
 KEYS = 300
@@ -33,10 +34,17 @@ def ring():
 
 @pytest.fixture
 def prometheus(ring):
+    base, stop = start_prometheus(ring)
+    yield base
+    stop()
+
+
+def start_prometheus(cells):
+    """A Prometheus scraping every cell's /metrics each second: its URL and its stop."""
     binary = shutil.which("prometheus")
     assert binary, "Debian's prometheus package is installed (.ci/run installs it)"
     d = tempfile.mkdtemp(prefix="cellcache-prometheus-")
-    targets = ", ".join(f'"127.0.0.1:{c.admin_port}"' for c in ring)
+    targets = ", ".join(f'"127.0.0.1:{c.admin_port}"' for c in cells)
     with open(f"{d}/prometheus.yml", "w") as f:
         f.write("global:\n  scrape_interval: 1s\n"
                 "scrape_configs:\n  - job_name: cellcache\n"
@@ -46,10 +54,13 @@ def prometheus(ring):
                              f"--storage.tsdb.path={d}/data",
                              f"--web.listen-address=127.0.0.1:{port}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    yield f"http://127.0.0.1:{port}"
-    proc.kill()
-    proc.wait(timeout=10)
-    shutil.rmtree(d, ignore_errors=True)
+
+    def stop():
+        proc.kill()
+        proc.wait(timeout=10)
+        shutil.rmtree(d, ignore_errors=True)
+
+    return f"http://127.0.0.1:{port}", stop
 
 
 def query(base, promql):
@@ -65,14 +76,19 @@ def query(base, promql):
 
 
 def eventually(base, promql, want):
+    eventually_that(base, promql, lambda got: got == want, f"{want}")
+
+
+def eventually_that(base, promql, ok, what):
+    """Waits (bounded) until the query's one value satisfies `ok`; returns it."""
     deadline = time.monotonic() + WAIT_S
     got = None
     while time.monotonic() < deadline:
         got = query(base, promql)
-        if got == want:
-            return
+        if got is not None and ok(got):
+            return got
         time.sleep(0.5)
-    pytest.fail(f"{promql} = {got}, not {want}, after {WAIT_S}s")
+    pytest.fail(f"{promql} = {got}, not {what}, after {WAIT_S}s")
 
 
 def test_prometheus_scrapes_a_ring_with_memcached_exporters_names(ring, prometheus):
@@ -135,3 +151,92 @@ def test_events_tell_how_the_ring_formed(ring):
                                 timeout=5) as r:
         ids = {c["id"] for c in json.load(r)["cells"]}
     assert children < ids and len(children) == 2
+
+
+REQUESTS = "sum(cellcache_request_duration_seconds_count)"
+
+
+def test_service_times_and_replication_lag_through_prometheus(ring, prometheus):
+    eventually(prometheus, 'count(up{job="cellcache"} == 1)', 3)
+    before = eventually_that(prometheus, REQUESTS, lambda v: v >= 0, "a number")
+    c = Client(("127.0.0.1", ring[1].port), connect_timeout=5, timeout=10, default_noreply=False)
+    for i in range(KEYS):
+        assert c.set(f"lag-{i}", b"v" * 100)
+    c.close()
+    # Every set was measured once, where it entered the ring (forwarded ones included).
+    eventually_that(prometheus, REQUESTS, lambda v: v >= before + KEYS, f">= {before} + {KEYS}")
+    # Each cell's requests were measured by the engine it runs.
+    eventually(prometheus, 'count(cellcache_request_duration_seconds_count{engine=~"epoll|uring|threads"})', 3)
+    # A histogram Prometheus can take a percentile of: finite (under the last bound) and
+    # positive. Never compared with a duration.
+    p99 = eventually_that(
+        prometheus,
+        "histogram_quantile(0.99, sum by (le) (rate(cellcache_request_duration_seconds_bucket[1m])))",
+        lambda v: v > 0 and v != float("inf"), "a finite positive p99")
+    assert p99 > 0
+    # Replication factor 2: every cell replicates to one backup, so one target per cell.
+    eventually(prometheus, 'count(cellcache_replication_queue_bytes{lane="live"})', 3)
+    eventually(prometheus, 'count(cellcache_replication_lag_records{lane="live"})', 3)
+    eventually(prometheus, "count(cellcache_replication_stall_seconds)", 3)
+    # The backups acknowledged everything: nothing is left queued, nothing stalls.
+    eventually(prometheus, "sum(cellcache_replication_lag_records)", 0)
+    eventually(prometheus, "sum(cellcache_replication_queue_bytes)", 0)
+    eventually(prometheus, "max(cellcache_replication_stall_seconds)", 0)
+    eventually(prometheus, "sum(cellcache_replication_target_unreachable)", 0)
+    # Each set went to its backup once, at least its value's bytes.
+    eventually_that(prometheus, "sum(cellcache_replication_acked_bytes_total)",
+                    lambda v: v >= KEYS * 100, f">= {KEYS * 100}")
+    # The ring formed by two divisions (two hand-off streams), none running now.
+    eventually(prometheus, 'sum(cellcache_streams_started_total{kind="handoff"})', 2)
+    eventually(prometheus, "sum(cellcache_streams_active)", 0)
+    # Autoscale is off by default, on every cell, and decided nothing.
+    eventually(prometheus, "count(cellcache_autoscale_enabled == 0)", 3)
+    eventually(prometheus, "sum(cellcache_autoscale_decisions_total)", 0)
+    # `stats cellcache` through the ring agrees with the metrics' sums.
+    stats = ring_stats(ring[0])
+    assert stats["cluster_replication_lag_records"] == 0
+    assert stats["request_duration_count"] >= KEYS
+    assert stats["cluster_handoff_streams"] == 2
+
+
+def ring_stats(cell):
+    """`stats cellcache` through `cell` (the ring's sums), numbers by name."""
+    c = Client(("127.0.0.1", cell.port), connect_timeout=5, timeout=10)
+    try:
+        raw = c.stats("cellcache")
+    finally:
+        c.close()
+    out = {}
+    for k, v in raw.items():
+        key = k.decode() if isinstance(k, bytes) else k
+        try:
+            out[key] = int(v)
+        except (TypeError, ValueError):
+            pass
+    return out
+
+
+def test_a_division_streams_the_items_of_its_half(request):
+    if MEMCACHED:
+        pytest.skip("memcached has no /metrics")
+    r = CellRing()
+    request.addfinalizer(r.stop)
+    r.add()
+    r.add()
+    c = Client(("127.0.0.1", r.cells[0].port), connect_timeout=5, timeout=10, default_noreply=False)
+    for i in range(KEYS):
+        assert c.set(f"stream-{i}", b"v" * 100)
+    c.close()
+    base, stop = start_prometheus(r.cells[:2])
+    request.addfinalizer(stop)
+    eventually(base, 'count(up{job="cellcache"} == 1)', 2)
+    eventually(base, 'sum(cellcache_streams_started_total{kind="handoff"})', 1)
+    # The third cell divides a range: its parent streams the items of the half it gives.
+    r.add()
+    items = eventually_that(base, "sum(cellcache_stream_sent_items_total)",
+                            lambda v: v > 0, "> 0")
+    assert items <= KEYS, "a hand-off streams at most the parent's items"
+    eventually_that(base, "sum(cellcache_stream_sent_bytes_total)",
+                    lambda v: v >= items * 100, f">= {items} items of 100 bytes")
+    eventually(base, 'sum(cellcache_streams_started_total{kind="handoff"})', 2)
+    eventually(base, "sum(cellcache_streams_active)", 0)

@@ -18,6 +18,8 @@ pub struct Cell {
     pub limits: Limits,
     pub config: NodeConfig,
     pub counters: Counters,
+    /// Request service times (`crate::latency`).
+    pub latency: crate::latency::Latency,
     /// `stats detail`'s per-prefix counts.
     pub detail: crate::detail::Detail,
     /// Open client connections and listeners, for `stats conns`.
@@ -74,6 +76,7 @@ impl Cell {
             limits,
             config,
             counters: Counters::default(),
+            latency: Default::default(),
             detail,
             conns: crate::conns::ConnRegistry::default(),
             verbosity: std::sync::atomic::AtomicU32::new(0),

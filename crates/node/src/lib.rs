@@ -21,6 +21,7 @@ pub mod counters;
 pub mod credentials;
 pub mod detail;
 pub mod dns;
+pub mod latency;
 pub mod local;
 pub mod memory;
 pub mod meta;

@@ -35,6 +35,7 @@ pub fn reply(cell: &Cell, group: &StatsGroup<'_>, now: u32, out: &mut Vec<u8>) {
             // What memcached's stats reset clears: the command, connection, traffic and
             // item counters, and the detail table; gauges (items, bytes, connections) stay.
             cell.counters.reset();
+            cell.latency.reset();
             cell.store.reset_stats();
             if let Some(e) = cell.engine_stats.get() {
                 e.reset();
@@ -377,6 +378,7 @@ fn own(cell: &Cell, out: &mut Vec<u8>) {
     stat(out, "slabs_partial", s.slabs_partial);
     stat(out, "slabs_full", s.slabs_full);
     stat(out, "store_shards", s.shards);
+    cell.latency.write_stats(out);
     if let Some(ring) = cell.ring_figures.get() {
         ring.write_stats(out);
     }

@@ -7,18 +7,24 @@
 //! memcached pool is, and its sums are the ring's: `memcached_current_items` and
 //! `memcached_current_bytes` count the items a cell *masters* (a backup's copies are in
 //! `cellcache_stored_items`), so `sum(memcached_current_items)` is the ring's item count.
-//! The rest is `cellcache_*`.
+//! The rest is `cellcache_*`: the ring's own figures, the request service time histogram
+//! (`crate::latency`, read from the same `stats cellcache` lines), and what is read from the
+//! replicator at scrape time — each replication target's lag and each snapshot stream's
+//! progress ([`Ring`]).
 
 use std::collections::HashMap;
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
 use crate::cell::Cell;
 use crate::cluster::Slot;
+use crate::cluster::repl::TargetLag;
+use crate::latency::{BUCKETS, bound_us};
 
 /// `(metric, stats field, help)`: counters (exposed with `_total`).
 const COUNTERS: &[(&str, &str, &str)] = &[
@@ -102,6 +108,27 @@ const COUNTERS: &[(&str, &str, &str)] = &[
         "cluster_maps_installed",
         "Ring maps this cell installed.",
     ),
+    (
+        "cellcache_replication_acked_bytes",
+        "cluster_replication_bytes_sent",
+        "Replication bytes (live and snapshot) the targets acknowledged.",
+    ),
+    (
+        "cellcache_stream_sent_items",
+        "cluster_stream_items",
+        "Items snapshot streams (hand-off, re-replication) read into their targets' queues.",
+    ),
+    (
+        "cellcache_stream_sent_bytes",
+        "cluster_stream_bytes",
+        "Encoded bytes of the items snapshot streams read into their targets' queues.",
+    ),
+];
+
+/// `(kind label, stats field)`: `cellcache_streams_started_total{kind}`.
+const STREAMS_STARTED: &[(&str, &str)] = &[
+    ("handoff", "cluster_handoff_streams"),
+    ("resync", "cluster_resync_streams"),
 ];
 
 /// `(metric, stats field, help)`: gauges.
@@ -173,11 +200,63 @@ struct Figures {
     range_share: f64,
     /// Autoscale decisions this cell made as the ring's decider, by action (ring members).
     autoscale: Option<[(&'static str, u64); 4]>,
+    /// The I/O engine running (`cellcache_request_duration_seconds`' `engine` label).
+    engine: &'static str,
+    /// What a ring member reads from its replicator at scrape time.
+    ring: Option<Ring>,
+}
+
+/// A ring member's replication, read at scrape time.
+#[derive(Debug, Default)]
+struct Ring {
+    targets: Vec<TargetLag>,
+    /// Running snapshot streams: `(to, kind, items, bytes, seconds running)`.
+    streams: Vec<(String, &'static str, u64, u64, f64)>,
+    autoscale_enabled: Option<bool>,
+}
+
+/// A histogram read from counts (prometheus-client's own `Histogram` is one to observe into).
+struct ConstHistogram {
+    sum: f64,
+    count: u64,
+    /// `(upper bound, count in that bucket alone)`, the last bound `f64::MAX` (+Inf).
+    buckets: Vec<(f64, u64)>,
+}
+
+impl EncodeMetric for ConstHistogram {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        encoder.encode_histogram::<NoLabelSet>(self.sum, self.count, &self.buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
 }
 
 impl Figures {
     fn number(&self, field: &str) -> Option<f64> {
         self.stats.get(field)?.parse().ok()
+    }
+
+    /// The request service time histogram from `stats cellcache`'s `request_duration_*`
+    /// lines (cumulative counts per bound), if they are all there.
+    fn latency(&self) -> Option<ConstHistogram> {
+        let count = self.number("request_duration_count")?;
+        let sum_us = self.number("request_duration_sum_us")?;
+        let mut buckets = Vec::with_capacity(BUCKETS + 1);
+        let mut below = 0.0;
+        for i in 0..BUCKETS {
+            let bound = bound_us(i);
+            let cumulative = self.number(&format!("request_duration_us_le_{bound}"))?;
+            buckets.push((bound as f64 / 1e6, (cumulative - below).max(0.0) as u64));
+            below = cumulative;
+        }
+        buckets.push((f64::MAX, (count - below).max(0.0) as u64));
+        Some(ConstHistogram {
+            sum: sum_us / 1e6,
+            count: count as u64,
+            buckets,
+        })
     }
 
     /// The items (bytes) a cell masters: a ring member's master share, else everything.
@@ -255,6 +334,20 @@ impl Collector for Figures {
                 ConstCounter::new(n).encode(family.encode_family(&[("action", action)])?)?;
             }
         }
+        if let Some(h) = self.latency() {
+            let mut family = encoder.encode_descriptor(
+                "cellcache_request_duration_seconds",
+                "Request service time: from the start of the batch of input holding the \
+                 request to its reply being ready to write (a forwarded or held request's \
+                 when its reply arrived), by I/O engine.",
+                None,
+                h.metric_type(),
+            )?;
+            h.encode(family.encode_family(&[("engine", self.engine)])?)?;
+        }
+        if let Some(ring) = &self.ring {
+            ring.encode(&mut encoder, self)?;
+        }
         let share = ConstGauge::new(self.range_share);
         share.encode(encoder.encode_descriptor(
             "cellcache_range_share",
@@ -266,16 +359,159 @@ impl Collector for Figures {
     }
 }
 
+/// Labels of one series.
+type Labels = Vec<(&'static str, String)>;
+
+/// One gauge family, a series per row.
+fn gauges(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    rows: impl IntoIterator<Item = (Labels, f64)>,
+) -> Result<(), std::fmt::Error> {
+    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, value) in rows {
+        ConstGauge::new(value).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+impl Ring {
+    fn encode(
+        &self,
+        encoder: &mut DescriptorEncoder,
+        figures: &Figures,
+    ) -> Result<(), std::fmt::Error> {
+        let per_lane = |f: fn(&TargetLag) -> (u64, u64)| {
+            self.targets.iter().flat_map(move |t| {
+                let (live, snapshot) = f(t);
+                [("live", live), ("snapshot", snapshot)].map(|(lane, v)| {
+                    (
+                        vec![("to", t.to.to_string()), ("lane", lane.to_string())],
+                        v as f64,
+                    )
+                })
+            })
+        };
+        gauges(
+            encoder,
+            "cellcache_replication_lag_records",
+            "Records queued for a replication target and not yet acknowledged, by lane (live: \
+             client writes; snapshot: hand-off and re-replication).",
+            per_lane(|t| (t.live_records, t.snapshot_records)),
+        )?;
+        gauges(
+            encoder,
+            "cellcache_replication_queue_bytes",
+            "Bytes of the records queued for a replication target and not yet acknowledged, \
+             by lane.",
+            per_lane(|t| (t.live_bytes, t.snapshot_bytes)),
+        )?;
+        let target = |t: &TargetLag| vec![("to", t.to.to_string())];
+        gauges(
+            encoder,
+            "cellcache_replication_stall_seconds",
+            "How long records have waited for a replication target without an \
+             acknowledgement (0: none waiting, or it keeps up).",
+            self.targets
+                .iter()
+                .map(|t| (target(t), t.stalled.as_secs_f64())),
+        )?;
+        gauges(
+            encoder,
+            "cellcache_replication_target_unreachable",
+            "1 if the last attempt to reach a replication target failed.",
+            self.targets
+                .iter()
+                .map(|t| (target(t), f64::from(u8::from(t.unreachable)))),
+        )?;
+        gauges(
+            encoder,
+            "cellcache_streams_active",
+            "Snapshot streams of this cell's range running, by kind (handoff: to a division's \
+             child; resync: re-replication to a backup).",
+            ["handoff", "resync"].map(|kind| {
+                let n = self.streams.iter().filter(|s| s.1 == kind).count();
+                (vec![("kind", kind.to_string())], n as f64)
+            }),
+        )?;
+        let stream = |s: &(String, &'static str, u64, u64, f64)| {
+            vec![("to", s.0.clone()), ("kind", s.1.to_string())]
+        };
+        gauges(
+            encoder,
+            "cellcache_stream_progress_items",
+            "Items a running snapshot stream has read into its target's queue so far.",
+            self.streams.iter().map(|s| (stream(s), s.2 as f64)),
+        )?;
+        gauges(
+            encoder,
+            "cellcache_stream_progress_bytes",
+            "Encoded bytes a running snapshot stream has read into its target's queue so far.",
+            self.streams.iter().map(|s| (stream(s), s.3 as f64)),
+        )?;
+        gauges(
+            encoder,
+            "cellcache_stream_elapsed_seconds",
+            "How long a running snapshot stream has been running.",
+            self.streams.iter().map(|s| (stream(s), s.4)),
+        )?;
+        let started = ConstCounter::new(0u64);
+        let mut family = encoder.encode_descriptor(
+            "cellcache_streams_started",
+            "Snapshot streams this cell started, by kind (a restarted stream counts again).",
+            None,
+            started.metric_type(),
+        )?;
+        for (kind, field) in STREAMS_STARTED {
+            if let Some(v) = figures.number(field) {
+                ConstCounter::new(v as u64).encode(family.encode_family(&[("kind", *kind)])?)?;
+            }
+        }
+        if let Some(on) = self.autoscale_enabled {
+            let g = ConstGauge::new(i64::from(on));
+            g.encode(encoder.encode_descriptor(
+                "cellcache_autoscale_enabled",
+                "1 if autoscaling is switched on in this cell (it decides only while it leads \
+                 the ring).",
+                None,
+                g.metric_type(),
+            )?)?;
+        }
+        Ok(())
+    }
+}
+
 /// The body of `GET /metrics` for `cell` (OpenMetrics text).
 pub fn render(cell: &Cell, ring: &Slot) -> Result<String, std::fmt::Error> {
     let mut raw = Vec::new();
     let mut range_share = 1.0;
     let mut autoscale = None;
+    let mut replication = None;
     match ring.cluster.get() {
         Some(cl) => {
             crate::cluster::stats::local_cell_stats(cl, &mut raw);
             range_share = cl.master_range_share();
             autoscale = cl.autoscale.get().map(|a| a.counts());
+            let streams = cl
+                .streams_running()
+                .into_iter()
+                .map(|s| {
+                    let p = &s.progress;
+                    (
+                        s.to.to_string(),
+                        if p.handoff { "handoff" } else { "resync" },
+                        p.items.load(std::sync::atomic::Ordering::Relaxed),
+                        p.bytes.load(std::sync::atomic::Ordering::Relaxed),
+                        p.started.elapsed().as_secs_f64(),
+                    )
+                })
+                .collect();
+            replication = Some(Ring {
+                targets: cl.replication_lag(),
+                streams,
+                autoscale_enabled: cl.autoscale.get().map(|a| a.enabled()),
+            });
         }
         None => crate::stats::reply(
             cell,
@@ -293,6 +529,8 @@ pub fn render(cell: &Cell, ring: &Slot) -> Result<String, std::fmt::Error> {
         stats,
         range_share,
         autoscale,
+        engine: cell.engine.get().map_or("none", |e| e.as_str()),
+        ring: replication,
     }));
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, &registry)?;
@@ -311,7 +549,23 @@ mod tests {
                 .collect(),
             range_share: 0.25,
             autoscale: Some([("divide", 3), ("absorb", 1), ("failed", 0), ("balance", 2)]),
+            engine: "epoll",
+            ring: None,
         }
+    }
+
+    /// The `stats cellcache` lines of a cell whose histogram saw `durations`.
+    fn latency_stats(durations: &[std::time::Duration]) -> Vec<(String, String)> {
+        let cell = crate::latency::Latency::default();
+        let mut local = crate::latency::LocalLatency::default();
+        for d in durations {
+            local.record(*d, 1);
+        }
+        cell.absorb(&mut local);
+        let mut raw = Vec::new();
+        cell.write_stats(&mut raw);
+        raw.extend_from_slice(b"END\r\n");
+        crate::cluster::stats::parse(&raw).unwrap()
     }
 
     fn text(f: Figures) -> String {
@@ -371,5 +625,72 @@ mod tests {
             out.lines().any(|l| l == "cellcache_stored_items 30"),
             "{out}"
         );
+    }
+
+    #[test]
+    fn the_request_histogram_is_the_stats_lines_cumulated_by_prometheus() {
+        let us = std::time::Duration::from_micros;
+        let mut f = figures(&[]);
+        f.stats = latency_stats(&[us(3), us(3), us(100), std::time::Duration::from_secs(9)])
+            .into_iter()
+            .collect();
+        let out = text(f);
+        for line in [
+            "# TYPE cellcache_request_duration_seconds histogram",
+            "cellcache_request_duration_seconds_count{engine=\"epoll\"} 4",
+            "cellcache_request_duration_seconds_sum{engine=\"epoll\"} 9.000106",
+            "cellcache_request_duration_seconds_bucket{le=\"0.000002\",engine=\"epoll\"} 0",
+            "cellcache_request_duration_seconds_bucket{le=\"0.000004\",engine=\"epoll\"} 2",
+            "cellcache_request_duration_seconds_bucket{le=\"0.000128\",engine=\"epoll\"} 3",
+            "cellcache_request_duration_seconds_bucket{le=\"4.194304\",engine=\"epoll\"} 3",
+            "cellcache_request_duration_seconds_bucket{le=\"+Inf\",engine=\"epoll\"} 4",
+        ] {
+            assert!(out.lines().any(|l| l == line), "no {line:?} in\n{out}");
+        }
+        // A cell without the lines (an older cell's stats) exposes no histogram.
+        assert!(!text(figures(&[])).contains("cellcache_request_duration"));
+    }
+
+    #[test]
+    fn replication_targets_and_streams_are_labelled() {
+        let to: crate::cluster::repl::TargetLag = TargetLag {
+            to: "7".parse().unwrap(),
+            live_records: 5,
+            live_bytes: 500,
+            snapshot_records: 2,
+            snapshot_bytes: 2048,
+            stalled: std::time::Duration::from_millis(1500),
+            unreachable: true,
+        };
+        let mut f = figures(&[
+            ("cluster_handoff_streams", "2"),
+            ("cluster_resync_streams", "1"),
+        ]);
+        f.ring = Some(Ring {
+            targets: vec![to],
+            streams: vec![("9".into(), "handoff", 40, 4000, 2.5)],
+            autoscale_enabled: Some(true),
+        });
+        let out = text(f);
+        for line in [
+            "cellcache_replication_lag_records{to=\"7\",lane=\"live\"} 5.0",
+            "cellcache_replication_lag_records{to=\"7\",lane=\"snapshot\"} 2.0",
+            "cellcache_replication_queue_bytes{to=\"7\",lane=\"live\"} 500.0",
+            "cellcache_replication_queue_bytes{to=\"7\",lane=\"snapshot\"} 2048.0",
+            "cellcache_replication_stall_seconds{to=\"7\"} 1.5",
+            "cellcache_replication_target_unreachable{to=\"7\"} 1.0",
+            "cellcache_streams_active{kind=\"handoff\"} 1.0",
+            "cellcache_streams_active{kind=\"resync\"} 0.0",
+            "cellcache_stream_progress_items{to=\"9\",kind=\"handoff\"} 40.0",
+            "cellcache_stream_progress_bytes{to=\"9\",kind=\"handoff\"} 4000.0",
+            "cellcache_stream_elapsed_seconds{to=\"9\",kind=\"handoff\"} 2.5",
+            "cellcache_streams_started_total{kind=\"handoff\"} 2",
+            "cellcache_streams_started_total{kind=\"resync\"} 1",
+            "cellcache_autoscale_enabled 1",
+        ] {
+            assert!(out.lines().any(|l| l == line), "no {line:?} in\n{out}");
+        }
+        // Not a ring member: none of them.
+        assert!(!text(figures(&[])).contains("cellcache_replication_"));
     }
 }

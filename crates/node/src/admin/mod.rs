@@ -313,7 +313,8 @@ async fn events(State(plane): State<Arc<Plane>>) -> Response {
 /// The ring as JSON (`cluster::view::RingView`).
 async fn cells(State(plane): State<Arc<Plane>>) -> Response {
     match plane.ring.cluster.get() {
-        Some(cl) => axum::Json(cluster::view::gather(cl).await).into_response(),
+        Some(cl) => axum::Json(cluster::view::gather(cl, cluster::view::Gather::Figures).await)
+            .into_response(),
         None => not_a_member(),
     }
 }

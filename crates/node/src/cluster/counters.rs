@@ -82,6 +82,9 @@ pub struct ClusterCounters {
     pub replication_bytes_sent: u64,
     /// Writes acknowledged although a backup was unreachable (policy `accept`).
     pub unreplicated_acks: u64,
+    /// Items snapshot streams read into their targets' lanes, and their encoded bytes.
+    pub stream_items: u64,
+    pub stream_bytes: u64,
 }
 
 impl Cluster {
@@ -111,7 +114,16 @@ impl Cluster {
             peer_connections_refused: get(&s.peer_connections_refused),
             replication_bytes_sent: get(&self.repl.bytes_sent),
             unreplicated_acks: get(&self.repl.unreplicated_acks),
+            stream_items: get(&self.repl.stream_items),
+            stream_bytes: get(&self.repl.stream_bytes),
         }
+    }
+}
+
+impl Cluster {
+    /// Every replication target's lag now (see [`super::repl::TargetLag`]).
+    pub fn replication_lag(&self) -> Vec<super::repl::TargetLag> {
+        self.repl.lag()
     }
 }
 
@@ -144,6 +156,24 @@ impl crate::cell::RingFigures for Cluster {
             c.replication_bytes_sent,
         );
         stat(out, "cluster_unreplicated_acks", c.unreplicated_acks);
+        // Read now, from the targets and streams themselves (`/metrics` has them per target).
+        let lag = self.repl.lag();
+        let sum = |f: fn(&super::repl::TargetLag) -> u64| lag.iter().map(f).sum::<u64>();
+        stat(
+            out,
+            "cluster_replication_lag_records",
+            sum(|l| l.live_records + l.snapshot_records),
+        );
+        stat(
+            out,
+            "cluster_replication_queue_bytes",
+            sum(|l| l.live_bytes + l.snapshot_bytes),
+        );
+        stat(out, "cluster_streams_active", self.streams.lock().len());
+        stat(out, "cluster_stream_items", c.stream_items);
+        stat(out, "cluster_stream_bytes", c.stream_bytes);
+        let autoscale = self.autoscale.get().is_some_and(|a| a.enabled());
+        stat(out, "cluster_autoscale_enabled", u8::from(autoscale));
         stat(out, "cluster_peer_busy", c.peer_busy);
         stat(
             out,

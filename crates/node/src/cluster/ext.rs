@@ -117,7 +117,9 @@ fn server_error(text: &str) -> Vec<u8> {
 
 /// The ring as this cell sees it (`EPOCH …`, a `CELL` line per cell, `MIGRATION`s, `END`).
 pub async fn status_text(cl: &Arc<Cluster>) -> String {
-    super::view::gather(cl).await.text()
+    super::view::gather(cl, super::view::Gather::Memory)
+        .await
+        .text()
 }
 
 /// Items held per range: the master range and each backed-up range.

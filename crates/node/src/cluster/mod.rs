@@ -34,9 +34,11 @@ pub mod server;
 mod slot;
 mod split;
 pub mod stats;
+mod streams;
 pub mod transport;
+pub use streams::RunningStream;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -127,7 +129,7 @@ pub struct Cluster {
     raft_ids: Mutex<HashMap<u64, CellId>>,
     /// Snapshot streams running, by target and range. Lock order: a leaf lock, see
     /// [`Cluster`].
-    streams: Mutex<BTreeSet<(CellId, (u64, u64))>>,
+    streams: Mutex<streams::Running>,
     reconciling: AtomicBool,
     /// A catch-up with the voters' maps runs (see [`catchup`]).
     catching_up: AtomicBool,
@@ -321,7 +323,7 @@ impl Cluster {
             applied: Mutex::new(HashMap::new()),
             links: Mutex::new(HashMap::new()),
             raft_ids: Mutex::new(HashMap::new()),
-            streams: Mutex::new(BTreeSet::new()),
+            streams: Mutex::new(BTreeMap::new()),
             reconciling: AtomicBool::new(false),
             catching_up: AtomicBool::new(false),
             catch_up_at: AtomicU64::new(0),
@@ -394,7 +396,7 @@ impl Cluster {
             }
             _ => {}
         }
-        for (to, (start, end)) in self.streams.lock().iter() {
+        for (to, (start, end)) in self.streams.lock().keys() {
             work.push(format!(
                 "sending range {start:016x}-{end:016x} to cell {to} (hand-off or re-replication)"
             ));
@@ -567,7 +569,7 @@ impl Cluster {
                 .collect();
             (map.epoch(), master, targets, children, reachable)
         };
-        for (to, _) in self.streams.lock().iter() {
+        for (to, _) in self.streams.lock().keys() {
             if !targets.contains(to) && reachable.contains(to) {
                 targets.push(to.clone());
             }
@@ -700,63 +702,5 @@ impl Cluster {
         if dropped > 0 {
             tracing::info!(dropped, "items outside this cell's ranges dropped");
         }
-    }
-
-    /// Streams a snapshot of `range` (plus live writes) to `to`; reports to the ring.
-    fn start_stream(self: &Arc<Self>, to: CellId, range: HashRange, handoff: bool) {
-        if !self
-            .streams
-            .lock()
-            .insert((to.clone(), (range.start, range.end)))
-        {
-            return;
-        }
-        self.refresh_layout();
-        let started = if handoff {
-            &self.stats.handoff_streams
-        } else {
-            &self.stats.resync_streams
-        };
-        started.fetch_add(1, Ordering::Relaxed);
-        let cl = self.clone();
-        tracing::info!(to = %to, %range, handoff, "streaming range");
-        self.handle.spawn(async move {
-            let started = Instant::now();
-            let ok = cl.repl.stream(&cl.cell.store, &to, range).await;
-            cl.streams.lock().remove(&(to.clone(), (range.start, range.end)));
-            tracing::info!(to = %to, %range, ok, ms = started.elapsed().as_millis() as u64, "stream finished");
-            if ok {
-                let outputs = {
-                    let mut ring = cl.lock_ring();
-                    if handoff {
-                        ring.handoff_caught_up(&to);
-                    } else {
-                        ring.resync_done(&to, range);
-                    }
-                    ring.drain_outputs()
-                };
-                cl.process(outputs);
-            }
-            cl.refresh_layout();
-        });
-    }
-
-    /// A predecessor finished re-sending `range` to this cell, under its map `epoch`. The
-    /// ring learns it only once this cell installed that map too: the fault tests found a
-    /// short re-replication finishing before the map that asked for it was installed here,
-    /// so the ring, which starts waiting for it on that install, waited forever and the
-    /// absorption never completed.
-    pub async fn resync_received(self: &Arc<Self>, from: &CellId, range: HashRange, epoch: u64) {
-        let deadline = Instant::now() + Duration::from_millis(self.config.request_timeout_ms);
-        while self.epoch() < epoch && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        tracing::debug!(%from, %range, epoch, "re-replication received");
-        let outputs = {
-            let mut ring = self.lock_ring();
-            ring.resync_received(from);
-            ring.drain_outputs()
-        };
-        self.process(outputs);
     }
 }

@@ -1,7 +1,8 @@
 //! The ring as one cell sees it, gathered once and shown two ways: the text of `cluster
 //! status` / `GET /cluster/status` (`ctl status`), and the JSON of `GET /cells` (dashboards,
-//! scripts). Each cell's memory is asked of that cell (its `stats`), within 500 ms, else it
-//! is reported unreachable.
+//! scripts). Each cell's memory is asked of that cell (its `stats`, and for `/cells` its
+//! `stats cellcache` too: service times and replication lag), within 500 ms, else it is
+//! reported unreachable.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +12,9 @@ use cellcache_cluster::{CellState, HashRange, Migration};
 use serde::Serialize;
 
 use super::Cluster;
+
+/// The request that asks one cell for its own `stats cellcache`.
+const OWN_STATS: &[u8] = b"stats cellcache\r\n";
 
 /// How long a cell's own figures are waited for.
 const MEMORY_WAIT: Duration = Duration::from_millis(500);
@@ -51,6 +55,32 @@ pub struct CellView {
     /// Its request counters (since its start or `stats reset`), when it answered: a
     /// dashboard turns two readings into ops/s and a hit ratio.
     pub counters: Option<CountersView>,
+    /// Its request service time histogram (`crate::latency`, since its start or `stats
+    /// reset`), when it answered: a dashboard takes a percentile of two readings' difference.
+    pub latency: Option<LatencyView>,
+    /// What it has queued for its replication targets and not yet had acknowledged, and
+    /// its snapshot streams running, when it answered.
+    pub replication: Option<ReplicationView>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct LatencyView {
+    /// Bucket bounds in microseconds (a last, unbounded bucket is implied).
+    pub bounds_us: Vec<u64>,
+    /// Requests at or under each bound (cumulative).
+    pub cumulative: Vec<u64>,
+    /// Every request measured (the unbounded bucket's cumulative count).
+    pub count: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ReplicationView {
+    /// Records queued for all its targets and not yet acknowledged.
+    pub lag_records: u64,
+    /// Their bytes.
+    pub queue_bytes: u64,
+    /// Snapshot streams (hand-off, re-replication) it runs.
+    pub streams_active: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -89,6 +119,22 @@ fn hex(r: HashRange) -> [String; 2] {
     [format!("{:016x}", r.start), format!("{:016x}", r.end)]
 }
 
+/// A cell's histogram from its `stats cellcache` lines, if they are all there.
+fn latency_view(stats: &str) -> Option<LatencyView> {
+    let bounds_us: Vec<u64> = (0..crate::latency::BUCKETS)
+        .map(crate::latency::bound_us)
+        .collect();
+    let cumulative = bounds_us
+        .iter()
+        .map(|b| stat(stats, &format!("request_duration_us_le_{b}")))
+        .collect::<Option<Vec<u64>>>()?;
+    Some(LatencyView {
+        bounds_us,
+        cumulative,
+        count: stat(stats, "request_duration_count")?,
+    })
+}
+
 fn stat(stats: &str, name: &str) -> Option<u64> {
     stats.lines().find_map(|l| {
         let mut w = l.split(' ');
@@ -108,6 +154,8 @@ pub enum CellStats {
     /// masters, estimated from its ranges without walking its items (the autoscaler asks
     /// every cell every sample).
     Estimate,
+    /// `stats cellcache` (this cell's own: a cell asked by another answers for itself).
+    Own,
 }
 
 /// Every cell's `stats` reply, in map order (`None`: it did not answer within
@@ -130,12 +178,22 @@ pub async fn cell_stats(
                     &mut o,
                 ),
                 CellStats::Estimate => super::stats::local_cell_stats_estimate(cl, &mut o),
+                CellStats::Own => crate::stats::reply(
+                    &cl.cell,
+                    &cellcache_proto::StatsGroup::Other(b"cellcache"),
+                    cl.cell.now(),
+                    &mut o,
+                ),
             }
             asks.push(tokio::spawn(async move { Some(o) }));
         } else if let Some(link) = cl.link(&c.id) {
+            // Another cell's general figures come with its `stats cell estimate`.
+            let request = match which {
+                CellStats::Own => OWN_STATS,
+                _ => super::stats::CELL_ESTIMATE_STATS,
+            };
             asks.push(tokio::spawn(async move {
-                let request = super::stats::CELL_ESTIMATE_STATS.to_vec();
-                let call = link.call(FrameKind::ForwardRequest, request);
+                let call = link.call(FrameKind::ForwardRequest, request.to_vec());
                 match tokio::time::timeout(MEMORY_WAIT, call).await {
                     Ok(Ok(f)) if f.kind == FrameKind::ForwardReply => Some(f.payload),
                     _ => None,
@@ -152,8 +210,17 @@ pub async fn cell_stats(
     out
 }
 
-/// Gathers the view: the map under its lock, then each cell's memory without it.
-pub async fn gather(cl: &Arc<Cluster>) -> RingView {
+/// How much of each cell [`gather`] asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gather {
+    /// Its memory and counters (`stats`): `cluster status`.
+    Memory,
+    /// Those, its service times and its replication lag (`stats cellcache` too): `/cells`.
+    Figures,
+}
+
+/// Gathers the view: the map under its lock, then each cell's figures without it.
+pub async fn gather(cl: &Arc<Cluster>, what: Gather) -> RingView {
     let map = cl.lock_ring().map().clone();
     let (voters, learners, leader) = match cl.raft.get() {
         Some(r) => {
@@ -165,9 +232,27 @@ pub async fn gather(cl: &Arc<Cluster>) -> RingView {
         None => Default::default(),
     };
     let mut cells = Vec::new();
-    let answers = cell_stats(cl, &map, CellStats::General).await;
-    for (c, stats) in map.cells().iter().zip(answers) {
+    let (answers, own) = if what == Gather::Figures {
+        tokio::join!(
+            cell_stats(cl, &map, CellStats::General),
+            cell_stats(cl, &map, CellStats::Own)
+        )
+    } else {
+        let answers = cell_stats(cl, &map, CellStats::General).await;
+        let own = vec![None; answers.len()];
+        (answers, own)
+    };
+    for ((c, stats), own) in map.cells().iter().zip(answers).zip(own) {
         let text = stats.map(|s| String::from_utf8_lossy(&s).into_owned());
+        let own = own.map(|s| String::from_utf8_lossy(&s).into_owned());
+        let latency = own.as_deref().and_then(latency_view);
+        let replication = own.as_deref().and_then(|s| {
+            Some(ReplicationView {
+                lag_records: stat(s, "cluster_replication_lag_records")?,
+                queue_bytes: stat(s, "cluster_replication_queue_bytes")?,
+                streams_active: stat(s, "cluster_streams_active")?,
+            })
+        });
         let memory = text.as_deref().and_then(|s| {
             Some(MemoryView {
                 bytes: stat(s, "bytes")?,
@@ -214,6 +299,8 @@ pub async fn gather(cl: &Arc<Cluster>) -> RingView {
             role,
             memory,
             counters,
+            latency,
+            replication,
         });
     }
     let migrations = map
@@ -338,5 +425,29 @@ impl Cluster {
             })
             .collect();
         (map.epoch(), cells)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cells_histogram_is_read_from_its_stats_cellcache() {
+        let cell = crate::latency::Latency::default();
+        let mut local = crate::latency::LocalLatency::default();
+        local.record(Duration::from_micros(3), 4);
+        local.record(Duration::from_millis(1), 1);
+        cell.absorb(&mut local);
+        let mut raw = b"STAT protocol_errors 0\r\n".to_vec();
+        cell.write_stats(&mut raw);
+        let view = latency_view(&String::from_utf8_lossy(&raw)).expect("every line is there");
+        assert_eq!(view.count, 5);
+        assert_eq!(view.bounds_us.len(), crate::latency::BUCKETS);
+        assert_eq!(view.bounds_us[..3], [1, 2, 4]);
+        assert_eq!(view.cumulative[..3], [0, 0, 4]);
+        assert_eq!(view.cumulative.last(), Some(&5));
+        // A cell whose stats lack the lines (an older version) shows none.
+        assert!(latency_view("STAT request_duration_count 5\r\n").is_none());
     }
 }

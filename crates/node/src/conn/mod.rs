@@ -37,6 +37,7 @@ use crate::cell::Cell;
 use crate::cluster::Cluster;
 use crate::cluster::route::{self, Ctx, Reply};
 use crate::counters::LocalCounters;
+use crate::latency::LocalLatency;
 use crate::local::{Flow, execute};
 use binary::Encoding;
 use cellcache_io::{Accepted, Notify, Progress, Service, Session};
@@ -62,6 +63,9 @@ impl Service for ClientService {
             ring: self.ring.clone(),
             discard: Discard::default(),
             counters: LocalCounters::default(),
+            latency: LocalLatency::default(),
+            batch_started: Instant::now(),
+            batch_answered: 0,
             notify,
             queue: VecDeque::new(),
             closing: false,
@@ -77,13 +81,16 @@ impl Service for ClientService {
 
 /// A reply that will arrive from another thread.
 pub struct Slot {
-    reply: parking_lot::Mutex<Option<Vec<u8>>>,
+    /// The reply, and when it was filled (its service time ends there).
+    reply: parking_lot::Mutex<Option<(Vec<u8>, Instant)>>,
     notify: Notify,
+    /// When the batch that started the request started (its service time begins there).
+    since: Instant,
 }
 
 impl Slot {
     fn fill(&self, bytes: Vec<u8>) {
-        *self.reply.lock() = Some(bytes);
+        *self.reply.lock() = Some((bytes, Instant::now()));
         self.notify.notify();
     }
 }
@@ -112,6 +119,12 @@ pub struct Conn {
     registration: crate::conns::Registration,
     pub(crate) discard: Discard,
     pub(crate) counters: LocalCounters,
+    /// Service times since the last fold (see [`crate::latency`]).
+    latency: LocalLatency,
+    /// When the current batch of input started.
+    batch_started: Instant,
+    /// Requests of the current batch answered in it (their service time is the batch's).
+    batch_answered: u64,
     notify: Notify,
     queue: VecDeque<Pending>,
     /// `quit` (or `shutdown`) was executed behind replies still in flight: close once they
@@ -139,7 +152,11 @@ impl Conn {
             match front {
                 Pending::Ready(b) => output.extend_from_slice(b),
                 Pending::Wait(slot) => match slot.reply.lock().take() {
-                    Some(b) => output.extend_from_slice(&b),
+                    Some((b, at)) => {
+                        output.extend_from_slice(&b);
+                        let took = at.saturating_duration_since(slot.since);
+                        self.latency.record(took, 1);
+                    }
                     None => return,
                 },
             }
@@ -151,6 +168,7 @@ impl Conn {
         let slot = Arc::new(Slot {
             reply: parking_lot::Mutex::new(None),
             notify: self.notify.clone(),
+            since: self.batch_started,
         });
         self.queue.push_back(Pending::Wait(slot.clone()));
         slot
@@ -316,8 +334,11 @@ impl Conn {
                 }
             }
         };
-        if !direct && !slotted {
-            self.emit(encoding.finish(tmp), output);
+        if !slotted {
+            self.batch_answered += 1;
+            if !direct {
+                self.emit(encoding.finish(tmp), output);
+            }
         }
         flow
     }
@@ -330,6 +351,12 @@ impl Conn {
             p.close = true;
         }
         self.cell.counters.absorb(&mut self.counters);
+        if self.batch_answered > 0 {
+            let took = self.batch_started.elapsed();
+            self.latency
+                .record(took, std::mem::take(&mut self.batch_answered));
+        }
+        self.cell.latency.absorb(&mut self.latency);
         p
     }
 
@@ -423,6 +450,7 @@ impl Session for Conn {
     fn on_notify(&mut self, output: &mut Vec<u8>, _budget: usize) -> Progress {
         self.requests_this_event = 0;
         self.flush(output);
+        self.cell.latency.absorb(&mut self.latency);
         Progress {
             close: self.closing && self.queue.is_empty(),
             ..Progress::default()
@@ -433,6 +461,7 @@ impl Session for Conn {
 impl Drop for Conn {
     fn drop(&mut self) {
         self.cell.conns.close(&self.registration);
+        self.cell.latency.absorb(&mut self.latency);
     }
 }
 
@@ -441,6 +470,7 @@ impl Conn {
     fn handle_input(&mut self, input: &[u8], output: &mut Vec<u8>, budget: usize) -> Progress {
         let mut p = Progress::default();
         self.requests_this_event = 0;
+        self.batch_started = Instant::now();
         let now = self.cell.now();
         self.flush(output);
         if self.closing {

@@ -75,6 +75,7 @@ use super::link::Link;
 
 mod apply;
 mod capture;
+mod progress;
 mod sender;
 mod stream;
 mod target;
@@ -83,6 +84,7 @@ mod wait;
 pub use apply::{Assembly, SequenceError, apply_records, check_sequence};
 use capture::with_capture;
 pub use capture::{Captured, capture};
+pub use progress::{StreamProgress, TargetLag};
 pub use target::Target;
 use target::{Entry, LaneKind, TargetState};
 pub use wait::WaitError;
@@ -143,6 +145,9 @@ pub struct Replicator {
     pub unreplicated_acks: AtomicU64,
     /// Replication payload bytes acknowledged by targets.
     pub bytes_sent: AtomicU64,
+    /// Items (and their encoded bytes) snapshot streams read into their targets' lanes.
+    pub stream_items: AtomicU64,
+    pub stream_bytes: AtomicU64,
 }
 
 impl Replicator {
@@ -159,6 +164,8 @@ impl Replicator {
             policy: Mutex::new(policy),
             unreplicated_acks: AtomicU64::new(0),
             bytes_sent: AtomicU64::new(0),
+            stream_items: AtomicU64::new(0),
+            stream_bytes: AtomicU64::new(0),
         })
     }
 
@@ -320,6 +327,7 @@ impl Replicator {
             st.backlog_bytes = 0;
             st.snapshot_bytes = 0;
             st.dropped();
+            st.waiting_since = None;
             t.needs_resync.store(true, Ordering::Release);
             drop(st);
             self.check_waiters();

@@ -77,11 +77,13 @@ impl Replicator {
                 Ok(f) if f.kind == FrameKind::ReplicateAck => {
                     let at = RangeSeq::decode(&f.payload).map_or(batch.last_position, |a| a.seq);
                     self.bytes_sent.fetch_add(records as u64, Ordering::Relaxed);
+                    let now = Instant::now();
                     let mut st = t.state.lock();
                     st.unreachable = false;
-                    st.last_ack = Instant::now();
+                    st.last_ack = now;
                     let acked = st.acknowledged(&batch, at);
                     trim_acked(&mut st);
+                    st.progressed(now);
                     drop(st);
                     if acked == Acked::Diverged {
                         tracing::warn!(to = %t.to, at, expected = batch.last_position, lane = ?batch.lane, "replication target at another position than sent: renumbering and resynchronising it");
@@ -114,6 +116,7 @@ impl Replicator {
                     let mut st = t.state.lock();
                     st.refused_for_good(&batch);
                     trim_acked(&mut st);
+                    st.progressed(Instant::now());
                     drop(st);
                     self.check_waiters();
                 }

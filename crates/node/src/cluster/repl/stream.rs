@@ -7,14 +7,22 @@ use cellcache_cluster::wire::payload::{ItemState, encode_item};
 use cellcache_cluster::{CellId, HashRange};
 use cellcache_store::{ScanCursor, Store};
 
+use super::progress::StreamProgress;
 use super::target::{Entry, LaneKind, Target};
 use super::{Replicator, now_secs};
 
 impl Replicator {
     /// Streams a snapshot of `range` into `to`'s snapshot lane (`to` must be a target), then
     /// a `SnapshotDone`; resolves when `to` acknowledged it. Throttled by the policy (the
-    /// throttle applies to the snapshot only: live records never wait for it).
-    pub async fn stream(&self, store: &Store, to: &CellId, range: HashRange) -> bool {
+    /// throttle applies to the snapshot only: live records never wait for it). What it read
+    /// so far is counted in `progress`.
+    pub async fn stream(
+        &self,
+        store: &Store,
+        to: &CellId,
+        range: HashRange,
+        progress: &StreamProgress,
+    ) -> bool {
         let Some((t, epoch)) = ({
             let layout = self.layout.lock();
             layout.targets.get(to).cloned().map(|t| (t, layout.epoch))
@@ -31,6 +39,7 @@ impl Replicator {
             }
             let now = now_secs();
             let mut bytes = 0usize;
+            let mut items = 0u64;
             cursor = store.scan_range(range, now, c, |item| {
                 let state = ItemState {
                     key: item.key,
@@ -44,12 +53,16 @@ impl Replicator {
                     return;
                 };
                 let hash = cellcache_store::key_hash(item.key);
+                items += 1;
                 for b in records {
                     bytes += b.len();
                     self.push(&t, epoch, Entry::Record(b, Some(hash)), LaneKind::Snapshot);
                 }
             });
             bytes_total += bytes as u64;
+            progress.add(items, bytes as u64);
+            self.stream_items.fetch_add(items, Ordering::Relaxed);
+            self.stream_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
             // Backpressure: let the target drain before reading more.
             while t.state.lock().snapshot_bytes > policy.chunk_bytes * 8 {
                 if t.closed.load(Ordering::Acquire) {

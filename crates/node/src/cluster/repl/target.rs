@@ -63,6 +63,9 @@ pub(super) struct TargetState {
     pub(super) unreachable: bool,
     /// When the target last acknowledged a batch (or was created).
     pub(super) last_ack: Instant,
+    /// Since when records wait for the target without an acknowledgement (`None`: none
+    /// wait); see [`super::progress`].
+    pub(super) waiting_since: Option<Instant>,
     /// The lane of the last batch sent (for [`next_batch`]'s turns).
     pub(super) last_lane: LaneKind,
     /// How the live lane is numbered on the wire.
@@ -107,6 +110,9 @@ impl TargetState {
     /// `b` was cut and is about to go out: its entries keep their positions from now on.
     pub(super) fn sending(&mut self, b: &Batch) {
         self.last_lane = b.lane;
+        if self.waiting_since.is_none() {
+            self.waiting_since = Some(Instant::now());
+        }
         if !b.probe {
             let n = self.numbering(b.lane);
             n.sent = n.sent.max(b.entries);
@@ -209,6 +215,7 @@ impl Target {
                 snapshot_rejected_upto: 0,
                 unreachable: false,
                 last_ack: Instant::now(),
+                waiting_since: None,
                 last_lane: LaneKind::Live,
                 live_wire: Numbering::default(),
                 snapshot_wire: Numbering::default(),
