@@ -2,7 +2,8 @@
 //! provisioner: a cell started with `--autoscale` divides as a client's data set grows to
 //! ten times one cell's memory, then absorbs its provisioned cells as the data set shrinks,
 //! with every acknowledged write checked by the testkit's history checker; a provisioner
-//! that fails leaves the ring serving and the decision retried.
+//! that fails leaves the ring serving and the decision retried; the deciding cell's death
+//! hands the decisions to the next leader.
 //!
 //! Cells are small (`-m 4`, 64 KiB slabs, so a division moves little and evictions start
 //! at about 90% of `-m` as in a large cell) and the clocks short (window and cooldown
@@ -533,4 +534,128 @@ fn the_example_command_provisioner_starts_and_stops_cells() {
         std::thread::sleep(Duration::from_millis(250));
     }
     c.roundtrip(b"set after 0 0 1\r\nx\r\n", b"STORED\r\n");
+}
+
+/// The id a cell has in the ring (`SELF` of its status).
+fn self_id(server: &Server) -> String {
+    let status = server.admin_lines("/cluster/status");
+    status[0].split(' ').nth(7).expect("SELF id").to_string()
+}
+
+/// The deciding cell's id, as `server` reports it (`decider=` of `ctl autoscale status`).
+fn decider(server: &Server) -> Option<String> {
+    autoscale_status(server)
+        .first()?
+        .split(' ')
+        .find_map(|w| w.strip_prefix("decider="))
+        .map(str::to_string)
+}
+
+/// Waits until `server`'s map has a number of cells `n` accepts, all active, and no
+/// migration in flight; the `CELL` lines.
+fn wait_cells(server: &Server, n: impl Fn(usize) -> bool, timeout: Duration) -> Vec<String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let status = server.admin_lines("/cluster/status");
+        let cells: Vec<String> = status
+            .iter()
+            .filter(|l| l.starts_with("CELL "))
+            .cloned()
+            .collect();
+        let settled = !status.iter().any(|l| l.starts_with("MIGRATION"));
+        if settled && n(cells.len()) && cells.iter().all(|l| l.contains(" active ")) {
+            return cells;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not the cells awaited: {status:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// The decider is the consensus leader, so it survives the leader's death: kill -9 the
+/// deciding cell of a ring of three, and the next leader carries on — it divides when the
+/// data outgrows the survivors (starting the new cell with its own provisioner) and
+/// absorbs that cell again when the data is gone, every key still readable in between.
+#[test]
+fn the_next_leader_decides_once_the_deciding_cell_is_killed() {
+    let cells = Cells::new("failover");
+    let extra = |join: Option<&str>, peer: &str| -> Vec<String> {
+        let mut a = vec!["--cooldown", "500ms", "--peer-port", peer];
+        if let Some(j) = join {
+            a.extend(["--join", j]);
+        }
+        a.into_iter().map(str::to_string).collect()
+    };
+    let start = |join: Option<&str>, peer: &str| -> Server {
+        let args = extra(join, peer);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        autoscaling_cell(&cells, &args, &[])
+    };
+    let peer = common::free_peer_port().to_string();
+    let first = start(None, &peer);
+    let join = format!("127.0.0.1:{peer}");
+    let mut ring = vec![first];
+    for _ in 0..2 {
+        let peer = common::free_peer_port().to_string();
+        ring.push(start(Some(&join), &peer));
+    }
+    wait_cells(&ring[0], |n| n == 3, Duration::from_secs(60));
+    // Kill the decider (the consensus leader).
+    let leader = decider(&ring[0]).expect("a decider");
+    let at = ring
+        .iter()
+        .position(|s| self_id(s) == leader)
+        .expect("the decider is one of the three");
+    ring[at].kill9();
+    ring.remove(at);
+    wait_cells(&ring[0], |n| n == 2, Duration::from_secs(60));
+    let next = (0..60)
+        .find_map(|_| {
+            let d = decider(&ring[0]).filter(|d| *d != leader);
+            if d.is_none() {
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            d
+        })
+        .expect("another cell decides");
+    // Two cells each hold everything: 85% of one cell's memory is past high water.
+    let mut c = ring[0].connect().reply_timeout(CLIENT_WAIT);
+    let keys = CELL_MB * (1 << 20) * 85 / 100 / VALUE_BYTES;
+    fill(&mut c, "l", keys);
+    // Then the ring settles (it may divide more than once, and balance).
+    let grown = wait_cells(&ring[0], |n| n > 2, Duration::from_secs(90));
+    assert!(
+        cells.running() >= 1,
+        "the new decider started the cells: {grown:#?}"
+    );
+    for i in (0..keys).step_by(53) {
+        assert_eq!(
+            c.get_value(&format!("l{i}")).map(String::into_bytes),
+            Some(value_of(i)),
+            "l{i}"
+        );
+    }
+    delete_all(
+        &mut c,
+        &(0..keys).map(|i| format!("l{i}")).collect::<Vec<_>>(),
+    );
+    wait_cells(&ring[0], |n| n == 2, Duration::from_secs(120));
+    let status = autoscale_status(&ring[0]);
+    let decided = |action: &str| {
+        status
+            .iter()
+            .any(|l| l.starts_with("DECISION ") && l.contains(&format!(" {action} ")))
+    };
+    assert!(decided("divide") && decided("absorb"), "{status:#?}");
+    assert_eq!(decider(&ring[0]).as_deref(), Some(next.as_str()));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while cells.running() > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the absorbed cell's process is gone"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }
