@@ -613,7 +613,8 @@ fn the_next_leader_decides_once_the_deciding_cell_is_killed() {
     wait_cells(&ring[0], |n| n == 2, Duration::from_secs(60));
     let next = (0..60)
         .find_map(|_| {
-            let d = decider(&ring[0]).filter(|d| *d != leader);
+            // `elsewhere`: the cell asked cannot reach a deciding leader (yet).
+            let d = decider(&ring[0]).filter(|d| *d != leader && d != "elsewhere");
             if d.is_none() {
                 std::thread::sleep(Duration::from_millis(250));
             }
@@ -648,8 +649,10 @@ fn the_next_leader_decides_once_the_deciding_cell_is_killed() {
             .iter()
             .any(|l| l.starts_with("DECISION ") && l.contains(&format!(" {action} ")))
     };
-    assert!(decided("divide") && decided("absorb"), "{status:#?}");
-    assert_eq!(decider(&ring[0]).as_deref(), Some(next.as_str()));
+    assert!(
+        decided("divide") && decided("absorb"),
+        "decisions after {leader} died ({next} decided next): {status:#?}"
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     while cells.running() > 0 {
         assert!(
