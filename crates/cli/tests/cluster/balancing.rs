@@ -52,7 +52,6 @@ fn shift(ring: &Ring, via: usize, from: &(String, usize, HashRange), to: &str, s
 /// the moved parts have their new masters, and every key has exactly two copies again.
 #[test]
 fn shifts_down_and_up_under_load_lose_nothing() {
-    use cellcache_testkit::history::{CheckConfig, check};
     use cellcache_testkit::workload::{Workload, WorkloadConfig};
     if common::is_memcached() {
         return;
@@ -115,22 +114,7 @@ fn shifts_down_and_up_under_load_lose_nothing() {
     let (r, l) = (registers.completed(), logs.completed());
     assert!(registers.wait_completed(r + 200, during) && logs.wait_completed(l + 200, during));
 
-    for (name, w) in [("registers", registers), ("append logs", logs)] {
-        let run = w.finish();
-        eprintln!("{name}: {:?}", run.summary);
-        for op in run.history.operations().unwrap() {
-            if !matches!(op.outcome, cellcache_testkit::history::Outcome::Ok(_)) {
-                eprintln!("{name}: {op}");
-            }
-        }
-        assert_eq!(run.summary.failed, 0, "{name}: no client error");
-        assert_eq!(run.summary.unknown, 0, "{name}: no unknown outcome");
-        assert_eq!(
-            run.summary.final_reads_missing, 0,
-            "{name}: every key readable"
-        );
-        check(&run.history, CheckConfig::default()).assert_valid();
-    }
+    lost_nothing([("registers", registers), ("append logs", logs)]);
     // Every key written before: its value through every cell, and exactly two copies (the
     // shifts' extra copies dropped, none missing), on its master and the cell after it.
     let mut clients: Vec<Client> = ring.cells.iter().map(|s| s.connect()).collect();

@@ -165,6 +165,30 @@ fn holders(clients: &mut [Client], key: &str) -> Vec<usize> {
         .collect()
 }
 
+/// Stops each workload and requires its run clean: no client error or unknown outcome,
+/// every key readable at the end, and a history the checker finds valid (every
+/// acknowledged write readable with its latest value, every acknowledged append once and in
+/// order).
+fn lost_nothing(runs: [(&str, cellcache_testkit::workload::Workload); 2]) {
+    use cellcache_testkit::history::{CheckConfig, Outcome, check};
+    for (name, w) in runs {
+        let run = w.finish();
+        eprintln!("{name}: {:?}", run.summary);
+        for op in run.history.operations().unwrap() {
+            if !matches!(op.outcome, Outcome::Ok(_)) {
+                eprintln!("{name}: {op}");
+            }
+        }
+        assert_eq!(run.summary.failed, 0, "{name}: no client error");
+        assert_eq!(run.summary.unknown, 0, "{name}: no unknown outcome");
+        assert_eq!(
+            run.summary.final_reads_missing, 0,
+            "{name}: every key readable"
+        );
+        check(&run.history, CheckConfig::default()).assert_valid();
+    }
+}
+
 mod balancing;
 mod handoff;
 mod replication;

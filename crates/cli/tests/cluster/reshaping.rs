@@ -9,7 +9,6 @@ use super::*;
 /// order (append logs).
 #[test]
 fn split_and_leave_under_load_lose_nothing() {
-    use cellcache_testkit::history::{CheckConfig, check};
     use cellcache_testkit::workload::{Workload, WorkloadConfig};
     use std::time::Duration;
     if common::is_memcached() {
@@ -53,22 +52,7 @@ fn split_and_leave_under_load_lose_nothing() {
     );
     let (r, l) = (registers.completed(), logs.completed());
     assert!(registers.wait_completed(r + 200, during) && logs.wait_completed(l + 200, during));
-    for (name, w) in [("registers", registers), ("append logs", logs)] {
-        let run = w.finish();
-        eprintln!("{name}: {:?}", run.summary);
-        for op in run.history.operations().unwrap() {
-            if !matches!(op.outcome, cellcache_testkit::history::Outcome::Ok(_)) {
-                eprintln!("{name}: {op}");
-            }
-        }
-        assert_eq!(run.summary.failed, 0, "{name}: no client error");
-        assert_eq!(run.summary.unknown, 0, "{name}: no unknown outcome");
-        assert_eq!(
-            run.summary.final_reads_missing, 0,
-            "{name}: every key readable"
-        );
-        check(&run.history, CheckConfig::default()).assert_valid();
-    }
+    lost_nothing([("registers", registers), ("append logs", logs)]);
 }
 
 /// kill -9 of a cell: its successor takes its range over from its backup copy, both

@@ -161,35 +161,31 @@ impl Cluster {
         let range = map
             .shift_part(&from, &to, share)
             .ok_or_else(|| MembershipError::NotNeighbours(from.to_string(), to.to_string()))?;
-        let p = Proposal {
-            based_on_epoch: map.epoch(),
-            change: Change::BeginShift { from, to, range },
-        };
-        let m = group::propose(
-            self,
-            p,
-            Duration::from_millis(self.config.request_timeout_ms),
-        )
-        .await?;
-        self.install_map(m.clone());
-        Ok(m)
+        self.change(map.epoch(), Change::BeginShift { from, to, range })
+            .await
     }
 
     pub async fn leave(self: &Arc<Self>, cell: CellId) -> Result<ClusterMap, MembershipError> {
-        let map = self.lock_ring().map().clone();
-        let p = Proposal {
-            based_on_epoch: map.epoch(),
-            change: Change::BeginAbsorption {
-                departed: cell,
-                reason: cellcache_cluster::AbsorptionReason::Leaving,
-            },
+        let epoch = self.epoch();
+        let change = Change::BeginAbsorption {
+            departed: cell,
+            reason: cellcache_cluster::AbsorptionReason::Leaving,
         };
-        let m = group::propose(
-            self,
-            p,
-            Duration::from_millis(self.config.request_timeout_ms),
-        )
-        .await?;
+        self.change(epoch, change).await
+    }
+
+    /// Proposes `change` to the map of `epoch`, and installs the map that commits it.
+    async fn change(
+        self: &Arc<Self>,
+        epoch: u64,
+        change: Change,
+    ) -> Result<ClusterMap, MembershipError> {
+        let p = Proposal {
+            based_on_epoch: epoch,
+            change,
+        };
+        let wait = Duration::from_millis(self.config.request_timeout_ms);
+        let m = group::propose(self, p, wait).await?;
         self.install_map(m.clone());
         Ok(m)
     }
