@@ -25,7 +25,9 @@
 //!    up to less than `steady_fill` of a cell's memory per window) — and only if every cell would stay below the middle of the two
 //!    watermarks once its successor took the range over (hysteresis: an absorption never
 //!    sets up the next division).
-//! 4. **Balance** (SPEC E3), when nothing else is to do: two Active neighbours whose master
+//! 4. **Balance** (SPEC E3), when nothing else is to do and the data is not growing (a
+//!    growing ring is reshaped by its divisions, which a move would only churn): two Active
+//!    neighbours whose master
 //!    bytes have stayed skewed — the heavier holds more than `1 + balance_skew` times the
 //!    lighter's, and at least `balance_min_fill` of its memory more — for `window_ms`, in a
 //!    ring of more cells than copies (below that every cell holds everything), move the
@@ -676,14 +678,7 @@ fn absorption(cfg: &PolicyConfig, v: &View<'_>) -> Option<Decision> {
     }
     // Nor is a ring whose data grows: a cell just divided off is below low water while it
     // fills, and absorbing it would only set up the next division.
-    let growth: f64 = v.tracks.values().map(|t| t.rate).sum();
-    let largest = cells
-        .iter()
-        .filter_map(|c| c.figures)
-        .map(|f| f.limit)
-        .max();
-    let floor = cfg.steady_fill * largest.unwrap_or(0) as f64;
-    if growth * cfg.window_ms as f64 / 1000.0 > floor {
+    if growing(cfg, v) {
         return None;
     }
     let mut best: Option<(f64, &CellReport, f64)> = None;
@@ -716,6 +711,21 @@ fn absorption(cfg: &PolicyConfig, v: &View<'_>) -> Option<Decision> {
             pct(after)
         ),
     })
+}
+
+/// Whether the ring's data grows: the cells' smoothed fill rates add up to more than
+/// `steady_fill` of the largest cell's memory per window.
+fn growing(cfg: &PolicyConfig, v: &View<'_>) -> bool {
+    let growth: f64 = v.tracks.values().map(|t| t.rate).sum();
+    let largest = v
+        .obs
+        .cells
+        .iter()
+        .filter_map(|c| c.figures)
+        .map(|f| f.limit)
+        .max();
+    let floor = cfg.steady_fill * largest.unwrap_or(0) as f64;
+    growth * cfg.window_ms as f64 / 1000.0 > floor
 }
 
 /// The highest fill among the cells whose holdings grow once `cells[gone]` is absorbed by its

@@ -60,6 +60,9 @@ pub(super) fn skewed_pairs<'a>(cfg: &PolicyConfig, obs: &Observation<'a>) -> Vec
 }
 
 pub(super) fn balance(cfg: &PolicyConfig, v: &View<'_>) -> Option<Decision> {
+    if growing(cfg, v) {
+        return None;
+    }
     let now = v.obs.now_ms;
     let r = v.obs.replication_factor;
     let mut best: Option<(u64, Skew<'_>)> = None;

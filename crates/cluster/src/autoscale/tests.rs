@@ -456,3 +456,29 @@ fn balancing_leaves_alone_what_is_even_small_or_would_overfill() {
         "off"
     );
 }
+
+#[test]
+fn a_growing_ring_is_not_balanced() {
+    let cfg = PolicyConfig {
+        balance_skew: 0.5,
+        balance_min_fill: 0.05,
+        ..config()
+    };
+    let mut a = Autoscaler::new(cfg.clone());
+    // Skewed, and the ring gaining about 2 MB a second (past steady_fill, short of racing
+    // eviction): divisions will reshape it, a move would only churn.
+    let last = 3 * cfg.window_ms / 1000;
+    for s in 0..=last {
+        let ring = mastering(&[40 + s, 20, 20]);
+        let d = observe(&mut a, &ring, s * 1000, &BTreeSet::new()).decisions;
+        assert!(d.is_empty(), "second {s}: {d:?}");
+    }
+    // Once it holds still, the skew is evened out.
+    let ring = mastering(&[40 + last, 20, 20]);
+    let from = last + 1;
+    let d = run(&mut a, &ring, from, from + 3 * cfg.window_ms / 1000);
+    assert!(
+        d.iter().any(|(_, d)| matches!(d, Decision::Balance { .. })),
+        "{d:?}"
+    );
+}
