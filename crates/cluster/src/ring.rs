@@ -173,10 +173,29 @@ impl Ring {
         if self.fenced || now_ms >= self.map_valid_until_ms || self.map.owner(hash).id != self.me {
             return false;
         }
+        self.leases_allow(HashRange::new(hash, hash), now_ms)
+    }
+
+    /// Whether this cell may answer for every hash of `range` (see [`Ring::can_serve`]): a
+    /// range changes master only from one that could serve all of it at that moment, so no
+    /// earlier master still can (a part given on before its giver could serve it would
+    /// leave the cell before that with a lease the new master's backups know nothing of).
+    fn can_serve_all(&self, range: HashRange, now_ms: u64) -> bool {
+        let mine = self.map.cell(&self.me).and_then(|c| c.range);
+        !self.fenced
+            && now_ms < self.map_valid_until_ms
+            && mine.is_some_and(|m| m.covers(&range))
+            && self.leases_allow(range, now_ms)
+    }
+
+    /// The lease side of serving `range`: no wait for a departed cell's lease over any of
+    /// it, no unexpired grant of any of it to another cell, and a lease covering all of it
+    /// from every backup.
+    fn leases_allow(&self, range: HashRange, now_ms: u64) -> bool {
         if self
             .acquired
             .iter()
-            .any(|(r, not_before)| now_ms < *not_before && r.contains(hash))
+            .any(|(r, not_before)| now_ms < *not_before && r.overlaps(&range))
         {
             return false;
         }
@@ -184,7 +203,7 @@ impl Ring {
             *to != self.me
                 && gs
                     .iter()
-                    .any(|g| now_ms < g.expires_ms && g.range.contains(hash))
+                    .any(|g| now_ms < g.expires_ms && g.range.overlaps(&range))
         });
         if granted_away {
             return false;
@@ -192,7 +211,7 @@ impl Ring {
         self.backups.iter().all(|b| {
             self.leases
                 .get(b)
-                .is_some_and(|l| now_ms < l.expires_ms && l.range.contains(hash))
+                .is_some_and(|l| now_ms < l.expires_ms && l.range.covers(&range))
         })
     }
 
@@ -536,22 +555,34 @@ impl Ring {
         // Hand-offs led by this cell (a division's parent, a shift's giver): the change is
         // completed once every receiver caught up and answers, or aborted.
         for m in self.map.migrations().to_vec() {
-            let (receivers, complete, abort) = match m {
-                Migration::Division { parent, child, .. } if parent == self.me => (
+            let (receivers, moving, complete, abort) = match m {
+                Migration::Division {
+                    parent,
+                    child,
+                    range,
+                    ..
+                } if parent == self.me => (
                     vec![child.clone()],
+                    range,
                     Change::CompleteDivision {
                         child: child.clone(),
                     },
                     Change::AbortDivision { child },
                 ),
-                Migration::Shift { from, targets, .. } if from == self.me => (
+                Migration::Shift {
+                    from,
                     targets,
+                    range,
+                    ..
+                } if from == self.me => (
+                    targets,
+                    range,
                     Change::CompleteShift { from: from.clone() },
                     Change::AbortShift { from },
                 ),
                 _ => continue,
             };
-            let mut all_ready = true;
+            let mut all_ready = self.can_serve_all(moving, now_ms);
             let mut failed = false;
             for child in &receivers {
                 let Some(h) = self.handoffs.get(child).cloned() else {

@@ -372,6 +372,16 @@ fn division_parent_streams_then_proposes_the_flip_or_the_abort() {
     );
     x.handoff_caught_up(&id("1.5"));
     x.tick(30);
+    assert!(
+        proposals(&x.drain_outputs()).is_empty(),
+        "no flip of a range the parent cannot serve itself (no lease, no confirmed map)"
+    );
+    let mut backup = Ring::new(id("2"), dividing.clone(), cfg, 30);
+    x.map_confirmed(dividing.epoch(), 30);
+    backup.map_confirmed(dividing.epoch(), 30);
+    x.tick(cfg.heartbeat_interval_ms + 30);
+    exchange(&mut x, &mut backup, cfg.heartbeat_interval_ms + 30);
+    x.tick(cfg.heartbeat_interval_ms + 31);
     assert_eq!(
         proposals(&x.drain_outputs()),
         [Change::CompleteDivision { child: id("1.5") }]

@@ -52,8 +52,12 @@ fn a_shift_moves_one_end_of_a_range_to_the_neighbour() {
     assert_eq!(done.owner(moved.start).id, id("2"));
     assert_eq!(done.owner(moved.start - 1).id, id("1"));
     assert_eq!(done.owner(u64::MAX).id, id("2"));
-    let mut a = Ring::new(id("1"), map, RingConfig::default(), 0);
-    a.install_map(begun, 1);
+    let (mut a, mut b, _) = two_serving(RingConfig::default());
+    a.install_map(begun.clone(), 1);
+    b.install_map(begun.clone(), 1);
+    a.map_confirmed(begun.epoch(), 1);
+    b.map_confirmed(begun.epoch(), 1);
+    exchange(&mut a, &mut b, 1);
     a.drain_outputs();
     a.tick(2);
     let proposed: Vec<Change> = a
@@ -215,6 +219,7 @@ fn a_shift_up_streams_the_part_to_the_new_master_first() {
     assert_eq!(targets, &[id("2")]);
     let mut giver = Ring::new(id("3"), three.clone(), RingConfig::default(), 0);
     giver.install_map(begun.clone(), 1);
+    giver.map_confirmed(begun.epoch(), 1);
     let out = giver.drain_outputs();
     assert!(out.contains(&Output::StartHandOff {
         child: id("2"),
@@ -239,6 +244,24 @@ fn a_shift_up_streams_the_part_to_the_new_master_first() {
         3,
     );
     giver.tick(3);
+    assert!(
+        !giver
+            .drain_outputs()
+            .iter()
+            .any(|o| matches!(o, Output::Propose(_))),
+        "nor before it may serve the part itself (no lease from its backup yet)"
+    );
+    // Its backup (cell 1, after it on the ring) grants it its range.
+    giver.step(
+        RingMessage::HeartbeatAck {
+            from: id("1"),
+            epoch: begun.epoch(),
+            echo_sent_at_ms: 3,
+            grant: three.cell(&id("3")).and_then(|c| c.range),
+        },
+        4,
+    );
+    giver.tick(4);
     assert!(giver.drain_outputs().iter().any(|o| matches!(
         o,
         Output::Propose(Proposal {
