@@ -141,7 +141,7 @@ impl Ring {
             outputs: Vec::new(),
             recent: VecDeque::new(),
         };
-        ring.adopt(map, None, now_ms);
+        ring.adopt(map, None, None, now_ms);
         ring
     }
 
@@ -220,12 +220,18 @@ impl Ring {
         if self.fenced || map.epoch() <= self.map.epoch() {
             return;
         }
+        // What this cell could serve until now no departed cell can (see `record_acquired`).
+        let served = self
+            .map
+            .cell(&self.me)
+            .and_then(|c| c.range)
+            .filter(|r| self.can_serve_all(*r, now_ms));
         let old = std::mem::replace(&mut self.map, map.clone());
         if self.recent.len() == RECENT_MAPS_MAX {
             self.recent.pop_front();
         }
         self.recent.push_back(old.clone());
-        self.adopt(map, Some(old), now_ms);
+        self.adopt(map, Some(old), served, now_ms);
     }
 
     /// The ranges `cell` masters for a message stamped with map `epoch`: its range in the
@@ -284,6 +290,7 @@ impl Ring {
         old: Option<&ClusterMap>,
         map: &ClusterMap,
         new: HashRange,
+        served: Option<HashRange>,
         now_ms: u64,
     ) {
         let Some(old) = old else { return };
@@ -315,9 +322,51 @@ impl Ring {
                 self.acquired.push((part, not_before));
             }
         }
+        // A departed cell may be a zombie on any older map, serving what it mastered there
+        // until that map's confirmation lapses: not only the range it had last. (A cell of a
+        // ring of one has no backup to stop it; the simulator found its division child,
+        // alone once the parent was fenced, serving the half it had never got a lease for
+        // while the parent, still on the map before the flip, served it too.) Every part of
+        // my range that such a cell mastered in a map I remember is waited for — but what I
+        // could serve until now: no other cell could serve that meanwhile.
+        let gone: Vec<&CellId> = map
+            .cells()
+            .iter()
+            .filter(|c| matches!(c.state, CellState::Leaving | CellState::Dead))
+            .map(|c| &c.id)
+            .chain(map.fenced.iter().filter(|id| !old.is_fenced(id)))
+            .collect();
+        for m in self.recent.iter() {
+            for d in &gone {
+                let Some(r) = m
+                    .cell(d)
+                    .filter(|c| c.state == CellState::Active)
+                    .and_then(|c| c.range)
+                else {
+                    continue;
+                };
+                for part in r.intersect(&new) {
+                    let unserved = match served {
+                        Some(s) => part.minus(&s),
+                        None => vec![part],
+                    };
+                    for p in unserved {
+                        self.acquired.push((p, not_before));
+                    }
+                }
+            }
+        }
     }
 
-    fn adopt(&mut self, map: ClusterMap, old: Option<ClusterMap>, now_ms: u64) {
+    /// Takes `map` on (`old`: the map before it; `served`: the range this cell could serve
+    /// as master under `old` when `map` came).
+    fn adopt(
+        &mut self,
+        map: ClusterMap,
+        old: Option<ClusterMap>,
+        served: Option<HashRange>,
+        now_ms: u64,
+    ) {
         let Some(me) = map.cell(&self.me).cloned() else {
             self.fence_self();
             return;
@@ -376,7 +425,7 @@ impl Ring {
         }
         self.last_ack_ms.retain(|b, _| self.backups.contains(b));
         if let Some(range) = me.range {
-            self.record_acquired(old.as_ref(), &map, range, now_ms);
+            self.record_acquired(old.as_ref(), &map, range, served, now_ms);
         }
         // Heartbeat and confirm at once so leases under the new map arrive within one round
         // trip.

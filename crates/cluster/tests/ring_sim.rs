@@ -570,7 +570,13 @@ fn seeds() -> Vec<u64> {
         .and_then(|s| s.parse().ok())
         .unwrap_or(6);
     // Seeds that once failed (a harness bug; a ring with every copy crashed), kept as cases.
-    let regressions = [11_035_763_802_589_787_882, 4_894_575_067_427_085_253];
+    // And a division child of a one-cell ring serving, once the parent was fenced, the half
+    // it never got a lease for, beside the parent still on the map before the flip.
+    let regressions = [
+        11_035_763_802_589_787_882,
+        4_894_575_067_427_085_253,
+        6_749_320_946_673_012_386,
+    ];
     let first: u64 = std::env::var("CELLCACHE_SIM_SEED_FIRST")
         .ok()
         .and_then(|s| s.parse().ok())

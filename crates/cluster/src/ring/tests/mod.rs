@@ -670,4 +670,5 @@ fn a_ring_remembers_a_bounded_number_of_maps() {
     assert!(a.recent.front().unwrap().epoch() > first);
 }
 
+mod departed;
 mod shift;
