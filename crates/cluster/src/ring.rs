@@ -176,45 +176,6 @@ impl Ring {
         self.leases_allow(HashRange::new(hash, hash), now_ms)
     }
 
-    /// Whether this cell may answer for every hash of `range` (see [`Ring::can_serve`]): a
-    /// range changes master only from one that could serve all of it at that moment, so no
-    /// earlier master still can (a part given on before its giver could serve it would
-    /// leave the cell before that with a lease the new master's backups know nothing of).
-    fn can_serve_all(&self, range: HashRange, now_ms: u64) -> bool {
-        let mine = self.map.cell(&self.me).and_then(|c| c.range);
-        !self.fenced
-            && now_ms < self.map_valid_until_ms
-            && mine.is_some_and(|m| m.covers(&range))
-            && self.leases_allow(range, now_ms)
-    }
-
-    /// The lease side of serving `range`: no wait for a departed cell's lease over any of
-    /// it, no unexpired grant of any of it to another cell, and a lease covering all of it
-    /// from every backup.
-    fn leases_allow(&self, range: HashRange, now_ms: u64) -> bool {
-        if self
-            .acquired
-            .iter()
-            .any(|(r, not_before)| now_ms < *not_before && r.overlaps(&range))
-        {
-            return false;
-        }
-        let granted_away = self.grants.iter().any(|(to, gs)| {
-            *to != self.me
-                && gs
-                    .iter()
-                    .any(|g| now_ms < g.expires_ms && g.range.overlaps(&range))
-        });
-        if granted_away {
-            return false;
-        }
-        self.backups.iter().all(|b| {
-            self.leases
-                .get(b)
-                .is_some_and(|l| now_ms < l.expires_ms && l.range.covers(&range))
-        })
-    }
-
     /// Installs a committed map. Older or equal epochs are ignored.
     pub fn install_map(&mut self, map: ClusterMap, now_ms: u64) {
         if self.fenced || map.epoch() <= self.map.epoch() {
@@ -782,40 +743,10 @@ impl Ring {
     }
 }
 
-/// The ranges `me` receives in `map` as a shift's target: held beside its backups until the
-/// shift completes (or is aborted, when the next holdings drop them).
-pub fn incoming_shifts(map: &ClusterMap, me: &CellId) -> Vec<HashRange> {
-    map.migrations()
-        .iter()
-        .filter_map(|m| match m {
-            Migration::Shift { targets, range, .. } if targets.contains(me) => Some(*range),
-            _ => None,
-        })
-        .collect()
-}
-
-/// Whether `cell` held a copy of every hash of `range` under `map` (as master, backup or a
-/// shift's target).
-fn held_all(map: &ClusterMap, cell: &CellId, range: HashRange) -> bool {
-    let mut held: Vec<HashRange> = map
-        .backup_ranges(cell)
-        .into_iter()
-        .map(|(_, r)| r)
-        .chain(incoming_shifts(map, cell))
-        .collect();
-    held.extend(
-        map.cell(cell)
-            .filter(|c| c.state == CellState::Active)
-            .and_then(|c| c.range),
-    );
-    let mut missing = vec![range];
-    for h in &held {
-        missing = missing.iter().flat_map(|m| m.minus(h)).collect();
-    }
-    missing.is_empty()
-}
-
 mod interface;
 mod leases;
+mod shift;
+use shift::held_all;
+pub use shift::incoming_shifts;
 #[cfg(test)]
 mod tests;

@@ -188,4 +188,43 @@ impl Ring {
             .cloned()
             .collect()
     }
+
+    /// Whether this cell may answer for every hash of `range` (see [`Ring::can_serve`]): a
+    /// range changes master only from one that could serve all of it at that moment, so no
+    /// earlier master still can (a part given on before its giver could serve it would
+    /// leave the cell before that with a lease the new master's backups know nothing of).
+    pub(super) fn can_serve_all(&self, range: HashRange, now_ms: u64) -> bool {
+        let mine = self.map.cell(&self.me).and_then(|c| c.range);
+        !self.fenced
+            && now_ms < self.map_valid_until_ms
+            && mine.is_some_and(|m| m.covers(&range))
+            && self.leases_allow(range, now_ms)
+    }
+
+    /// The lease side of serving `range`: no wait for a departed cell's lease over any of
+    /// it, no unexpired grant of any of it to another cell, and a lease covering all of it
+    /// from every backup.
+    pub(super) fn leases_allow(&self, range: HashRange, now_ms: u64) -> bool {
+        if self
+            .acquired
+            .iter()
+            .any(|(r, not_before)| now_ms < *not_before && r.overlaps(&range))
+        {
+            return false;
+        }
+        let granted_away = self.grants.iter().any(|(to, gs)| {
+            *to != self.me
+                && gs
+                    .iter()
+                    .any(|g| now_ms < g.expires_ms && g.range.overlaps(&range))
+        });
+        if granted_away {
+            return false;
+        }
+        self.backups.iter().all(|b| {
+            self.leases
+                .get(b)
+                .is_some_and(|l| now_ms < l.expires_ms && l.range.covers(&range))
+        })
+    }
 }
