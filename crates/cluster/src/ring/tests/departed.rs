@@ -3,14 +3,6 @@
 
 use super::*;
 
-fn applied(map: &ClusterMap, change: Change) -> ClusterMap {
-    let proposal = Proposal {
-        based_on_epoch: map.epoch(),
-        change,
-    };
-    apply(map, &proposal).unwrap()
-}
-
 /// A ring of one divides; the child installs the flip but never gets its lease (its
 /// backup, the parent, never saw the flip); then the parent is fenced and the child is
 /// alone. The parent may still serve everything on the map before the flip until that
@@ -64,15 +56,7 @@ fn a_child_alone_waits_for_the_half_it_never_could_serve() {
 /// only what it gains waits.
 #[test]
 fn what_a_cell_could_serve_does_not_wait_for_a_departed_cell() {
-    let cfg = RingConfig::default();
-    let map = two_cells();
-    let mut a = Ring::new(id("1"), map.clone(), cfg, 0);
-    let mut b = Ring::new(id("2"), map.clone(), cfg, 0);
-    a.map_confirmed(3, 0);
-    b.map_confirmed(3, 0);
-    a.tick(0);
-    b.tick(0);
-    exchange(&mut a, &mut b, 0);
+    let (_, mut b, map) = two_serving(RingConfig::default());
     let mine = map.cell(&id("2")).unwrap().range.unwrap();
     assert!(b.can_serve(mine.start, 5));
     let fenced = applied(&map, Change::Fence { cell: id("1") });

@@ -670,5 +670,27 @@ fn a_ring_remembers_a_bounded_number_of_maps() {
     assert!(a.recent.front().unwrap().epoch() > first);
 }
 
+/// `map` with `change` applied (it must apply).
+fn applied(map: &ClusterMap, change: Change) -> ClusterMap {
+    let proposal = Proposal {
+        based_on_epoch: map.epoch(),
+        change,
+    };
+    apply(map, &proposal).unwrap()
+}
+
+/// Two cells (1: lower half, 2: upper half) with leases in place at time 0.
+fn two_serving(cfg: RingConfig) -> (Ring, Ring, ClusterMap) {
+    let map = two_cells();
+    let mut a = Ring::new(id("1"), map.clone(), cfg, 0);
+    let mut b = Ring::new(id("2"), map.clone(), cfg, 0);
+    a.map_confirmed(3, 0);
+    b.map_confirmed(3, 0);
+    a.tick(0);
+    b.tick(0);
+    exchange(&mut a, &mut b, 0);
+    (a, b, map)
+}
+
 mod departed;
 mod shift;

@@ -3,27 +3,6 @@
 
 use super::*;
 
-fn applied(map: &ClusterMap, change: Change) -> ClusterMap {
-    let proposal = Proposal {
-        based_on_epoch: map.epoch(),
-        change,
-    };
-    apply(map, &proposal).unwrap()
-}
-
-/// Two cells (1: lower half, 2: upper half) with leases in place at time 0.
-fn two_serving(cfg: RingConfig) -> (Ring, Ring, ClusterMap) {
-    let map = two_cells();
-    let mut a = Ring::new(id("1"), map.clone(), cfg, 0);
-    let mut b = Ring::new(id("2"), map.clone(), cfg, 0);
-    a.map_confirmed(3, 0);
-    b.map_confirmed(3, 0);
-    a.tick(0);
-    b.tick(0);
-    exchange(&mut a, &mut b, 0);
-    (a, b, map)
-}
-
 /// Cell 1 gives the upper quarter of the ring's lower half (its top) to cell 2.
 fn shift_down(map: &ClusterMap) -> (ClusterMap, ClusterMap, HashRange) {
     let given = map.cell(&id("1")).unwrap().range.unwrap();
