@@ -52,23 +52,12 @@ fn shift(ring: &Ring, via: usize, from: &(String, usize, HashRange), to: &str, s
 /// the moved parts have their new masters, and every key has exactly two copies again.
 #[test]
 fn shifts_down_and_up_under_load_lose_nothing() {
-    use cellcache_testkit::workload::{Workload, WorkloadConfig};
     if common::is_memcached() {
         return;
     }
     let ring = Ring::start(3, &["-m", "32"]);
     let servers: Vec<_> = ring.cells.iter().map(|s| s.addr).collect();
-    let tune = |mut c: WorkloadConfig, seed: u64| {
-        c.clients = 3;
-        c.keys = 24;
-        c.ops_per_client = 100_000;
-        c.request_timeout = Duration::from_secs(8);
-        c.think_time = Duration::from_millis(2);
-        c.seed = seed;
-        c
-    };
-    let registers = Workload::start(tune(WorkloadConfig::registers(servers.clone()), 17)).unwrap();
-    let logs = Workload::start(tune(WorkloadConfig::append_logs(servers), 18)).unwrap();
+    let (registers, logs) = load(servers, 17);
     // Keys written before, their copies counted after.
     let mut c = ring.cells[0].connect();
     for i in 0..KEYS {

@@ -165,6 +165,31 @@ fn holders(clients: &mut [Client], key: &str) -> Vec<usize> {
         .collect()
 }
 
+/// Three register clients and three append-log clients (seeds `seed`, `seed + 1`) through
+/// `servers`, running until stopped. A range taken over from a departing cell is served after
+/// the map lease (2.1 s): requests wait up to 8 s.
+fn load(
+    servers: Vec<std::net::SocketAddr>,
+    seed: u64,
+) -> (
+    cellcache_testkit::workload::Workload,
+    cellcache_testkit::workload::Workload,
+) {
+    use cellcache_testkit::workload::{Workload, WorkloadConfig};
+    let tune = |mut c: WorkloadConfig, seed: u64| {
+        c.clients = 3;
+        c.keys = 24;
+        c.ops_per_client = 100_000;
+        c.request_timeout = std::time::Duration::from_secs(8);
+        c.think_time = std::time::Duration::from_millis(2);
+        c.seed = seed;
+        c
+    };
+    let registers = Workload::start(tune(WorkloadConfig::registers(servers.clone()), seed));
+    let logs = Workload::start(tune(WorkloadConfig::append_logs(servers), seed + 1));
+    (registers.unwrap(), logs.unwrap())
+}
+
 /// Stops each workload and requires its run clean: no client error or unknown outcome,
 /// every key readable at the end, and a history the checker finds valid (every
 /// acknowledged write readable with its latest value, every acknowledged append once and in

@@ -9,7 +9,6 @@ use super::*;
 /// order (append logs).
 #[test]
 fn split_and_leave_under_load_lose_nothing() {
-    use cellcache_testkit::workload::{Workload, WorkloadConfig};
     use std::time::Duration;
     if common::is_memcached() {
         return;
@@ -18,18 +17,7 @@ fn split_and_leave_under_load_lose_nothing() {
     let standby = ring.add_standby(&["-m", "32"]);
     // Clients use the cells that stay in the ring for the whole run (cell 2 leaves).
     let servers = vec![ring.cells[0].addr, ring.cells[1].addr];
-    let tune = |mut c: WorkloadConfig, seed: u64| {
-        c.clients = 3;
-        c.keys = 24;
-        c.ops_per_client = 100_000;
-        // A range taken over from a departing cell is served after the map lease (2.1 s).
-        c.request_timeout = Duration::from_secs(8);
-        c.think_time = Duration::from_millis(2);
-        c.seed = seed;
-        c
-    };
-    let registers = Workload::start(tune(WorkloadConfig::registers(servers.clone()), 7)).unwrap();
-    let logs = Workload::start(tune(WorkloadConfig::append_logs(servers), 8)).unwrap();
+    let (registers, logs) = load(servers, 7);
     let during = Duration::from_secs(30);
     assert!(registers.wait_completed(200, during) && logs.wait_completed(200, during));
     // Division: the standby cell takes the second half of cell 0's range.

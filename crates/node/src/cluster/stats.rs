@@ -479,9 +479,9 @@ pub fn gather(cl: &Arc<Cluster>, kind: Kind, request: Vec<u8>, done: Done) {
     });
 }
 
-/// This cell's `stats cell`: its `stats` and `stats cellcache` lines (the single cell's
-/// answer to `stats cell`) and what it holds as master.
-pub fn local_cell_stats(cl: &Cluster, out: &mut Vec<u8>) {
+/// This cell's own `stats cell` reply (its `stats` and `stats cellcache` lines, as a single
+/// cell answers it), `END` included.
+fn own_cell_stats(cl: &Cluster) -> Vec<u8> {
     let mut mine = Vec::new();
     crate::stats::reply(
         &cl.cell,
@@ -489,6 +489,13 @@ pub fn local_cell_stats(cl: &Cluster, out: &mut Vec<u8>) {
         cl.cell.now(),
         &mut mine,
     );
+    mine
+}
+
+/// This cell's `stats cell`: its `stats` and `stats cellcache` lines (the single cell's
+/// answer to `stats cell`) and what it holds as master.
+pub fn local_cell_stats(cl: &Cluster, out: &mut Vec<u8>) {
+    let mine = own_cell_stats(cl);
     out.extend_from_slice(&without_end(mine));
     master_share(cl, out);
     out.extend_from_slice(lines::END);
@@ -497,13 +504,7 @@ pub fn local_cell_stats(cl: &Cluster, out: &mut Vec<u8>) {
 /// This cell's `stats cell estimate`: [`local_cell_stats`] but for the walk, the master
 /// copies' bytes estimated ([`master_bytes_estimate`]) instead of their items counted.
 pub fn local_cell_stats_estimate(cl: &Cluster, out: &mut Vec<u8>) {
-    let mut mine = Vec::new();
-    crate::stats::reply(
-        &cl.cell,
-        &cellcache_proto::StatsGroup::Other(b"cell"),
-        cl.cell.now(),
-        &mut mine,
-    );
+    let mine = own_cell_stats(cl);
     let bytes = parse(&mine)
         .and_then(|f| num(&f, "bytes"))
         .map_or(0, |b| b as u64);
