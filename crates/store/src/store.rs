@@ -54,6 +54,32 @@ impl ScanCursor {
     };
 }
 
+/// Position of a [`Store::drop_step`] walk: the shard and the slab to visit next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DropCursor {
+    shard: usize,
+    slab: usize,
+}
+
+impl DropCursor {
+    /// Where every walk starts.
+    pub const START: DropCursor = DropCursor { shard: 0, slab: 0 };
+}
+
+/// What one [`Store::drop_step`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DropStep {
+    /// `dropped` items removed; the walk goes on at `next` (`None`: it is complete).
+    Dropped {
+        dropped: usize,
+        next: Option<DropCursor>,
+    },
+    /// Nothing removed: the caller's `still` said no.
+    Stale,
+    /// The cursor was past the end.
+    Done,
+}
+
 /// An in-memory store of one cell. `Send + Sync`; share it with `Arc`.
 pub struct Store {
     /// Several are held at once only by `flush_range`, in index order. The change sink is
@@ -310,6 +336,46 @@ impl Store {
             .iter()
             .map(|s| s.lock().drop_range(range, &pick))
             .sum()
+    }
+
+    /// One step of a walk that drops the items whose key hash `drop` accepts, a slab at a
+    /// time, so that a cell dropping what it no longer holds never keeps a shard's lock for
+    /// longer than one slab (a whole-store walk under the lock stalled every request of a
+    /// cell for tens of milliseconds at a division's flip). `still` is asked under the
+    /// shard's lock before anything is removed: when it says no, nothing is, and the step
+    /// returns [`DropStep::Stale`] (the caller's idea of what to drop is out of date).
+    ///
+    /// Complete like [`Store::scan_range`]: items move between slabs only by being
+    /// rewritten, so every item present for the whole walk is visited once.
+    pub fn drop_step(
+        &self,
+        at: DropCursor,
+        drop: &dyn Fn(u64) -> bool,
+        still: &dyn Fn() -> bool,
+    ) -> DropStep {
+        let Some(shard) = self.shards.get(at.shard) else {
+            return DropStep::Done;
+        };
+        let mut guard = shard.lock();
+        if !still() {
+            return DropStep::Stale;
+        }
+        let dropped = guard.drop_in_slab(at.slab as SlabId, drop);
+        let next = if at.slab + 1 < guard.slab_count() {
+            DropCursor {
+                shard: at.shard,
+                slab: at.slab + 1,
+            }
+        } else {
+            DropCursor {
+                shard: at.shard + 1,
+                slab: 0,
+            }
+        };
+        DropStep::Dropped {
+            dropped,
+            next: (next.shard < self.shards.len()).then_some(next),
+        }
     }
 
     /// Stores an item as-is (its CAS, flags, expiry, stale bit), e.g. received in a hand-off.

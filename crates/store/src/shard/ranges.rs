@@ -112,6 +112,32 @@ impl Shard {
         dropped
     }
 
+    /// Removes the items of slab `s` whose key hash `drop` accepts; returns how many. Items
+    /// are found first and unlinked after, so the walk never reads a slab its own removals
+    /// released.
+    pub fn drop_in_slab(&mut self, s: SlabId, drop: &dyn Fn(u64) -> bool) -> usize {
+        if s as usize >= self.slabs.len() {
+            return 0;
+        }
+        let mut doomed = Vec::new();
+        let mut off = 0u64;
+        while let Some((loc, h)) = self.item_in_slab(s, off) {
+            off += h.total_len as u64;
+            let b = loc as usize;
+            let hash = crate::key_hash(&self.arena[b + h.key_offset..b + h.key_offset + h.key_len]);
+            if !drop(hash) {
+                continue;
+            }
+            if let Some(slot) = self.index.find_loc(self.index.probe(hash), loc) {
+                doomed.push((slot, loc, h));
+            }
+        }
+        for (slot, loc, h) in &doomed {
+            self.unlink(*slot, *loc, h, Unlink::Deleted);
+        }
+        doomed.len()
+    }
+
     /// Stores an item exactly as given (CAS, flags, expiry, stale), e.g. from a range hand-off.
     pub fn insert_item(
         &mut self,

@@ -59,5 +59,6 @@ fn filled(layout: Layout) -> Store {
 }
 
 mod commands;
+mod drop_walk;
 mod ranges;
 mod space;
