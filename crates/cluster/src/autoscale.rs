@@ -80,6 +80,13 @@ pub struct PolicyConfig {
     /// ... and at least this fraction of its memory more: smaller differences are not worth
     /// a move.
     pub balance_min_fill: f64,
+    /// Neighbours count as skewed in load when the busier executes more than
+    /// `1 + balance_load_skew` times the other's key requests per second (0: never by load).
+    pub balance_load_skew: f64,
+    /// ... and at least this many more per second.
+    pub balance_min_load: f64,
+    /// A move of less than this share of the giver's range is not worth a shift.
+    pub balance_min_share: f64,
 }
 
 impl Default for PolicyConfig {
@@ -98,6 +105,9 @@ impl Default for PolicyConfig {
             steady_fill: 0.01,
             balance_skew: 0.5,
             balance_min_fill: 0.05,
+            balance_load_skew: 1.0,
+            balance_min_load: 1000.0,
+            balance_min_share: 0.02,
         }
     }
 }
@@ -115,6 +125,10 @@ pub enum PolicyConfigError {
         "autoscale balance_skew ({skew}) must be at least 0 and balance_min_fill ({min}) within [0, 1]"
     )]
     Balance { skew: f64, min: f64 },
+    #[error("autoscale balance_load_skew ({skew}) and balance_min_load ({min}) must be at least 0")]
+    BalanceLoad { skew: f64, min: f64 },
+    #[error("autoscale balance_min_share ({0}) must be within (0, 0.5)")]
+    BalanceShare(f64),
 }
 
 impl PolicyConfig {
@@ -136,6 +150,13 @@ impl PolicyConfig {
         if !(skew >= 0.0 && skew.is_finite() && (0.0..=1.0).contains(&min)) {
             return Err(PolicyConfigError::Balance { skew, min });
         }
+        let (skew, min) = (self.balance_load_skew, self.balance_min_load);
+        if !(skew >= 0.0 && skew.is_finite() && min >= 0.0 && min.is_finite()) {
+            return Err(PolicyConfigError::BalanceLoad { skew, min });
+        }
+        if !(self.balance_min_share > 0.0 && self.balance_min_share < 0.5) {
+            return Err(PolicyConfigError::BalanceShare(self.balance_min_share));
+        }
         Ok(())
     }
 
@@ -156,6 +177,8 @@ pub struct Figures {
     pub master_bytes: u64,
     /// Items evicted since it started (a counter).
     pub evictions: u64,
+    /// Key requests it executed as master since it started (a counter): its load.
+    pub requests: u64,
 }
 
 /// One cell of the map, in ring order, as the decider sees it.
@@ -238,10 +261,12 @@ struct Track {
     above_since: Option<u64>,
     /// Since when it has been below `low_water` (continuously).
     below_since: Option<u64>,
-    /// The previous sample: time, bytes, evictions.
-    last: Option<(u64, u64, u64)>,
+    /// The previous sample: time, bytes, evictions, requests.
+    last: Option<(u64, u64, u64, u64)>,
     /// Bytes per second, smoothed.
     rate: f64,
+    /// Key requests per second, smoothed (`None` until two samples were seen).
+    load: Option<f64>,
     /// Evicted since the previous sample.
     evicting: bool,
 }
@@ -440,7 +465,7 @@ impl Autoscaler {
             } else {
                 t.below_since = None;
             }
-            if let Some((at, bytes, evictions)) = t.last
+            if let Some((at, bytes, evictions, requests)) = t.last
                 && now > at
             {
                 let dt = (now - at) as f64;
@@ -449,10 +474,12 @@ impl Autoscaler {
                 let weight = dt / (dt + self.config.window_ms as f64);
                 t.rate = weight * rate + (1.0 - weight) * t.rate;
                 t.evicting = f.evictions > evictions;
+                let load = f.requests.saturating_sub(requests) as f64 * 1000.0 / dt;
+                t.load = Some(t.load.map_or(load, |l| weight * load + (1.0 - weight) * l));
             }
-            t.last = Some((now, f.bytes, f.evictions));
+            t.last = Some((now, f.bytes, f.evictions, f.requests));
         }
-        let skewed: BTreeSet<(CellId, CellId)> = skewed_pairs(&self.config, obs)
+        let skewed: BTreeSet<(CellId, CellId)> = skewed_pairs(&self.config, obs, &self.tracks)
             .into_iter()
             .map(|s| (s.giver.clone(), s.receiver.clone()))
             .collect();
