@@ -125,6 +125,17 @@ fn shifts_down_and_up_under_load_lose_nothing() {
     }
 }
 
+/// Three cells of 32 MB deciding every second, for the autoscaler's balancing tests.
+const AUTOSCALING: [&str; 7] = [
+    "-m",
+    "32",
+    "--autoscale",
+    "--scale-window",
+    "1s",
+    "--cooldown",
+    "1s",
+];
+
 /// The autoscaler balances by itself: three cells formed by divisions master a half and two
 /// quarters of the ring; with data in it, the leader sees neighbours skewed past
 /// `balance_skew` for the window and moves a boundary — logged as a `balance` decision and
@@ -140,16 +151,7 @@ fn the_autoscaler_evens_out_skewed_neighbours() {
         ("CELLCACHE_AUTOSCALE__BALANCE_SKEW", "0.5"),
         ("CELLCACHE_AUTOSCALE__BALANCE_MIN_FILL", "0.02"),
     ];
-    let args = [
-        "-m",
-        "32",
-        "--autoscale",
-        "--scale-window",
-        "1s",
-        "--cooldown",
-        "1s",
-    ];
-    let ring = Ring::start_with_env(3, &args, &env);
+    let ring = Ring::start_with_env(3, &AUTOSCALING, &env);
     let shares = |ring: &Ring| -> Vec<f64> {
         ring_order(ring)
             .iter()
@@ -210,16 +212,7 @@ fn the_autoscaler_spreads_a_busy_cells_load() {
         ("CELLCACHE_AUTOSCALE__SAMPLE_INTERVAL_MS", "200"),
         ("CELLCACHE_AUTOSCALE__BALANCE_MIN_LOAD", "100"),
     ];
-    let args = [
-        "-m",
-        "32",
-        "--autoscale",
-        "--scale-window",
-        "1s",
-        "--cooldown",
-        "1s",
-    ];
-    let ring = Ring::start_with_env(3, &args, &env);
+    let ring = Ring::start_with_env(3, &AUTOSCALING, &env);
     let order = ring_order(&ring);
     let (hot_id, hot, range) = order[1].clone();
     let keys: Vec<String> = (0..20_000)

@@ -507,19 +507,24 @@ fn run_loaded(a: &mut Autoscaler, masters: &[u64], loads: &[u64], to: u64) -> Ve
         .collect()
 }
 
-#[test]
-fn neighbours_even_in_memory_but_not_in_load_are_balanced_by_load() {
-    let cfg = PolicyConfig {
+/// The decisions of three windows of `masters` and `loads` under `cfg`.
+fn moves(cfg: &PolicyConfig, masters: &[u64], loads: &[u64]) -> Vec<Decision> {
+    let mut a = Autoscaler::new(cfg.clone());
+    run_loaded(&mut a, masters, loads, 3 * cfg.window_ms / 1000)
+}
+
+/// Balancing by memory and by load on, as by default.
+fn balancing() -> PolicyConfig {
+    PolicyConfig {
         balance_skew: 0.5,
         ..config()
-    };
-    let mut a = Autoscaler::new(cfg.clone());
-    let d = run_loaded(
-        &mut a,
-        &[20, 20, 20],
-        &[5000, 1000, 1200],
-        3 * cfg.window_ms / 1000,
-    );
+    }
+}
+
+#[test]
+fn neighbours_even_in_memory_but_not_in_load_are_balanced_by_load() {
+    let cfg = balancing();
+    let d = moves(&cfg, &[20, 20, 20], &[5000, 1000, 1200]);
     let [
         Decision::Balance {
             cell,
@@ -546,42 +551,24 @@ fn neighbours_even_in_memory_but_not_in_load_are_balanced_by_load() {
         (&[900, 100, 100], "less than balance_min_load apart"),
         (&[0, 0, 0], "idle"),
     ] {
-        let mut a = Autoscaler::new(cfg.clone());
-        let d = run_loaded(&mut a, &[20, 20, 20], loads, 3 * cfg.window_ms / 1000);
+        let d = moves(&cfg, &[20, 20, 20], loads);
         assert!(d.is_empty(), "{why}: {d:?}");
     }
     let off = PolicyConfig {
         balance_load_skew: 0.0,
         ..cfg
     };
-    let mut a = Autoscaler::new(off);
-    assert!(run_loaded(&mut a, &[20, 20, 20], &[5000, 1000, 1000], 10).is_empty());
+    assert!(moves(&off, &[20, 20, 20], &[5000, 1000, 1000]).is_empty());
 }
 
 /// A busy cell next to cells that master more bytes: giving them the share that evens the
 /// load would leave them skewed in memory the other way, and the next move would give it
-/// back. Neither move is made.
+/// back. Neither move is made; with room in memory, it is.
 #[test]
 fn no_move_is_made_that_the_other_measure_would_undo() {
-    let cfg = PolicyConfig {
-        balance_skew: 0.5,
-        ..config()
-    };
-    let mut a = Autoscaler::new(cfg.clone());
-    let d = run_loaded(
-        &mut a,
-        &[20, 28, 28],
-        &[5000, 1000, 1000],
-        3 * cfg.window_ms / 1000,
-    );
+    let cfg = balancing();
+    let d = moves(&cfg, &[20, 28, 28], &[5000, 1000, 1000]);
     assert!(d.is_empty(), "{d:?}");
-    // The same with room in memory: the move is made.
-    let mut a = Autoscaler::new(cfg.clone());
-    let d = run_loaded(
-        &mut a,
-        &[20, 20, 20],
-        &[5000, 1000, 1000],
-        3 * cfg.window_ms / 1000,
-    );
+    let d = moves(&cfg, &[20, 20, 20], &[5000, 1000, 1000]);
     assert_eq!(d.len(), 1, "{d:?}");
 }
