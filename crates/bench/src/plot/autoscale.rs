@@ -235,6 +235,7 @@ where
         .map_err(err)?;
     chart
         .configure_mesh()
+        .light_line_style(TRANSPARENT)
         .y_desc("client p99 per second (ms, log)")
         .y_label_formatter(&|ms| format!("{ms}"))
         .draw()
@@ -254,6 +255,7 @@ where
         .map_err(err)?;
     chart
         .configure_mesh()
+        .light_line_style(TRANSPARENT)
         .x_desc("second of the measured phase")
         .y_desc("hit ratio per second (%)")
         .draw()
@@ -285,7 +287,12 @@ where
         .y_label_area_size(70)
         .build_cartesian_2d(x, y)
         .map_err(err)?;
-    chart.configure_mesh().y_desc(y_desc).draw().map_err(err)?;
+    chart
+        .configure_mesh()
+        .light_line_style(TRANSPARENT)
+        .y_desc(y_desc)
+        .draw()
+        .map_err(err)?;
     Ok(chart)
 }
 
