@@ -67,6 +67,7 @@ const PROGRESS_INTERVAL: Duration = Duration::from_millis(250);
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.command {
         Some(BenchCommand::Plot(plot)) => return plot::run(plot),
+        Some(BenchCommand::PlotAutoscale(a)) => return plot::autoscale::run(a),
         Some(BenchCommand::Capacity(cap)) => return capacity::run(cap),
         Some(BenchCommand::Compare(compare)) => return run_compare(*compare),
         None => {}
@@ -205,6 +206,7 @@ pub fn run_load_to(
             ttl_secs: workload.ttl_secs,
             set_on_miss: config.set_on_miss,
             preloaded,
+            growth: workload.growth,
         },
         results: report::results(&result),
     })
