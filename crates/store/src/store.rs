@@ -40,9 +40,14 @@ const MIX_SHARD: u64 = 0xFF51_AFD7_ED55_8CCD;
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ScanCursor {
     shard: usize,
-    /// The shard's slabs, coldest first (`Shard::scan_order`); `None` until entered.
+    /// The shard's slabs, coldest first (`Shard::scan_order`), or on a later pass the slabs
+    /// S3-FIFO moved items into; `None` until entered.
     order: Option<Arc<[SlabId]>>,
     at: usize,
+    /// The shard's `move_clock` when this pass over it began.
+    since: u64,
+    /// Passes over this shard so far (the first one is 0).
+    pass: u32,
 }
 
 impl ScanCursor {
@@ -51,8 +56,16 @@ impl ScanCursor {
         shard: 0,
         order: None,
         at: 0,
+        since: 0,
+        pass: 0,
     };
 }
+
+/// Passes over a shard after which the slabs moved into are visited in one call: bounds a
+/// walk under S3-FIFO promotions that never pause.
+const SCAN_PASSES_MAX: u32 = 4;
+/// Slabs moved into that a pass visits in one call instead of one per call.
+const SCAN_SLABS_AT_ONCE: usize = 4;
 
 /// An in-memory store of one cell. `Send + Sync`; share it with `Arc`.
 pub struct Store {
@@ -245,10 +258,11 @@ impl Store {
     /// the walk is complete). Each call holds one shard lock for one slab only, so streaming a
     /// large range (cell duplication, re-replication) never stalls requests for long.
     ///
-    /// Consistency with the change feed: items never move between slabs except by being
-    /// rewritten, and every rewrite is reported in the feed with the item's full state
-    /// (compaction and second-chance clearing move items only towards the start of the same
-    /// slab, which one call visits whole). So the items visited plus the feed entries recorded
+    /// Consistency with the change feed: items move between slabs only by being rewritten,
+    /// which the feed reports with the item's full state, or by an S3-FIFO clearing, after
+    /// which the walk visits the slabs moved into again (see below); compaction and
+    /// second-chance clearing move items only towards the start of the same slab, which one
+    /// call visits whole. So the items visited plus the feed entries recorded
     /// since the walk started give the range's current contents, provided the receiver applies
     /// both in the order the store produced them (both happen under the shard lock — route the
     /// callback and the sink into one queue). Items evicted meanwhile may be missing: it is a
@@ -257,7 +271,11 @@ impl Store {
     /// Order: shard by shard, each shard's slabs in the order its eviction policy would clear
     /// them (taken when the walk enters the shard; slabs not in use last). A receiver that
     /// writes the items as they come (a division's child: the same shard count puts each item
-    /// in the same shard) ends with the sender's recency: the warm hand-off.
+    /// in the same shard) ends with the sender's recency: the warm hand-off. Under S3-FIFO,
+    /// once the shard's slabs are visited, the slabs that clearing moved items into since the
+    /// pass began are visited again, pass after pass until one saw no move; a pass of at most
+    /// 4 slabs, or the fifth pass, visits all its slabs in one call, so the walk ends. An item
+    /// may then be visited twice, both times with its current state.
     pub fn scan_range(
         &self,
         range: HashRange,
@@ -268,23 +286,47 @@ impl Store {
         self.maybe_flush(now);
         let shard = self.shards.get(cursor.shard)?;
         let mut guard = shard.lock();
-        let order = cursor
-            .order
-            .unwrap_or_else(|| Arc::from(guard.scan_order()));
-        if let Some(&slab) = order.get(cursor.at) {
+        let (order, since) = match cursor.order {
+            Some(order) => (order, cursor.since),
+            None => (Arc::from(guard.scan_order()), guard.move_clock()),
+        };
+        let at_once = cursor.pass > 0
+            && (order.len() <= SCAN_SLABS_AT_ONCE || cursor.pass >= SCAN_PASSES_MAX);
+        let last = if at_once { order.len() } else { cursor.at + 1 };
+        for &slab in order.get(cursor.at..last).unwrap_or(&[]) {
             guard.scan_slab(slab, range, now, &mut f);
         }
-        let next = if cursor.at + 1 < order.len() {
+        let next = if last < order.len() {
             ScanCursor {
                 shard: cursor.shard,
                 order: Some(order),
-                at: cursor.at + 1,
+                at: last,
+                since,
+                pass: cursor.pass,
             }
         } else {
-            ScanCursor {
-                shard: cursor.shard + 1,
-                order: None,
-                at: 0,
+            // S3-FIFO moves items between slabs: one moved into a slab this pass had already
+            // visited would be missed, so the slabs moved into since the pass began are
+            // visited again, until a pass sees no move (a pass of few slabs, or any pass
+            // after `SCAN_PASSES_MAX`, visits all of them under this lock hold: no move then).
+            let again = if at_once {
+                Vec::new()
+            } else {
+                guard.moved_into_since(since)
+            };
+            if again.is_empty() {
+                ScanCursor {
+                    shard: cursor.shard + 1,
+                    ..ScanCursor::START
+                }
+            } else {
+                ScanCursor {
+                    shard: cursor.shard,
+                    order: Some(Arc::from(again)),
+                    at: 0,
+                    since: guard.move_clock(),
+                    pass: cursor.pass + 1,
+                }
             }
         };
         (next.shard < self.shards.len()).then_some(next)

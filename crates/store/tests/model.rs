@@ -450,6 +450,7 @@ proptest! {
             Just(EvictionPolicyKind::SlabLru),
             Just(EvictionPolicyKind::LeastLiveOfLru { candidates: 3 }),
             Just(EvictionPolicyKind::SecondChanceFifo),
+            Just(EvictionPolicyKind::S3FIFO),
         ],
     ) {
         run(tight(compaction, policy), ops, true)?;

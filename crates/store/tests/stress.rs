@@ -181,6 +181,11 @@ fn readers_never_see_torn_values_while_slabs_are_reused() {
             EvictionPolicyKind::SlabLru,
         ),
         (Layout::Shared, EvictionPolicyKind::SecondChanceFifo),
+        (Layout::Shared, EvictionPolicyKind::S3FIFO),
+        (
+            Layout::Partitioned { shards: 2 },
+            EvictionPolicyKind::S3FIFO,
+        ),
     ];
     for (layout, eviction) in runs {
         let store = Store::new(StoreConfig {

@@ -19,12 +19,16 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::config::{ConfigError, EvictionPolicyKind, KEY_LEN_MAX, StoreConfig};
-use crate::eviction::{EvictionPolicy, LeastLiveOfLru, SecondChanceFifo, SlabLru, SlabView};
+use crate::eviction::{
+    EvictionPolicy, LeastLiveOfLru, S3Fifo, SecondChanceFifo, SlabLru, SlabView,
+};
 use crate::expiry::Expiry;
 use crate::feed::{Change, ChangeKind, ChangeSink};
+use crate::ghost::Ghost;
 use crate::index::{Index, SLOT_BYTES, SLOTS_PER_BUCKET};
 use crate::item::{
-    self, CTRL_FETCHED, CTRL_KEY_BINARY, CTRL_STALE, CTRL_STATE, CTRL_WIN, Header, ItemFields,
+    self, CTRL_ACCESSED, CTRL_FETCHED, CTRL_KEY_BINARY, CTRL_STALE, CTRL_STATE, CTRL_WIN, Header,
+    ItemFields,
 };
 use crate::ops::*;
 use crate::slab::{ListId, SlabId, SlabMeta, Slabs};
@@ -32,6 +36,7 @@ use crate::stats::{ShardCounters, Stats};
 use cellcache_keyspace::HashRange;
 
 mod ops;
+mod promote;
 mod ranges;
 mod space;
 
@@ -145,6 +150,16 @@ pub(crate) struct Shard {
     /// Most slabs that may hold items (partial + full); below the slab count after a
     /// run-time `cache_memlimit` lowered the limit. The arena itself never shrinks.
     slab_quota: usize,
+    /// S3-FIFO: the main queue's open slab, which promoted items are moved into. It is kept
+    /// on the full list, so new items never land in it.
+    main_head: Option<SlabId>,
+    /// S3-FIFO: ticks once per clearing (`shard::promote`).
+    move_clock: u64,
+    /// S3-FIFO: per slab, the `move_clock` at which items were last moved into it (0: never);
+    /// a range scan visits the slabs moved into after its pass began again.
+    moved_in: Vec<u64>,
+    /// S3-FIFO's ghost table, in slabs of the arena (`ListId::Ghost`).
+    ghost: Option<Ghost>,
 }
 
 fn slab_of(loc: u64, slab_size: u64) -> SlabId {
@@ -171,8 +186,11 @@ impl Shard {
                 Box::new(LeastLiveOfLru::new(slabs.len(), candidates))
             }
             EvictionPolicyKind::SecondChanceFifo => Box::new(SecondChanceFifo::new(slabs.len())),
+            EvictionPolicyKind::S3Fifo { small_permille, .. } => {
+                Box::new(S3Fifo::new(slabs.len(), small_permille))
+            }
         };
-        Ok(Shard {
+        let mut shard = Shard {
             arena,
             slab_size: c.slab_size_bytes as u64,
             slabs,
@@ -186,7 +204,15 @@ impl Shard {
             scratch: Vec::new(),
             counters: ShardCounters::default(),
             slab_quota: usize::MAX,
-        })
+            main_head: None,
+            move_clock: 0,
+            moved_in: vec![0; slab_count],
+            ghost: None,
+        };
+        if let EvictionPolicyKind::S3Fifo { ghost_permille, .. } = c.eviction {
+            shard.reserve_ghost(ghost_permille);
+        }
+        Ok(shard)
     }
 
     /// Bytes of this shard's index (fixed at start).
@@ -215,7 +241,14 @@ impl Shard {
     /// compaction queue and scratch buffer at their bounds).
     pub fn metadata_bytes_max(&self) -> usize {
         let n = self.slabs.len();
-        n * (std::mem::size_of::<SlabMeta>() + 2 * 4 + 1 + std::mem::size_of::<SlabId>())
+        // Per slab: its metadata, two recency lists (S3-FIFO's small and main; the other
+        // policies use one), its compaction queue entry, `main_since` and a ghost entry.
+        n * (std::mem::size_of::<SlabMeta>()
+            + 2 * (2 * 4 + 1)
+            + std::mem::size_of::<SlabId>()
+            + 8
+            + 8
+            + std::mem::size_of::<SlabId>())
             + item::encoded_len_max(KEY_LEN_MAX, self.item_size_max)
             + self.index.path_bytes()
             + std::mem::size_of::<Shard>()
@@ -306,6 +339,9 @@ impl Shard {
         let m = &mut self.slabs.meta[s as usize];
         m.write_offset = 0;
         m.live_bytes = 0;
+        if self.main_head == Some(s) {
+            self.main_head = None;
+        }
         // `compaction_queued` stays: it says whether the slab is in the queue, and a stale
         // entry is skipped when popped. Resetting it here could queue the slab twice.
         self.slabs.move_to(s, ListId::Free);
@@ -317,7 +353,10 @@ impl Shard {
         let items = self.index.len();
         self.index.clear();
         for s in 0..self.slabs.len() as SlabId {
-            if self.slabs.meta[s as usize].list != ListId::Free {
+            if !matches!(
+                self.slabs.meta[s as usize].list,
+                ListId::Free | ListId::Ghost
+            ) {
                 self.release(s);
             }
         }
@@ -388,7 +427,14 @@ impl Shard {
             let old_len = self.header(old).total_len;
             self.index.set_loc(slot, loc);
             self.kill(old, old_len);
+            // A rewrite of a present key is an access (S3-FIFO's frequency bit).
+            self.arena[loc as usize] |= CTRL_ACCESSED;
         } else {
+            if self.ghost_take(hash) {
+                // Dropped from the small queue unread, and wanted again soon: admitted as
+                // accessed, so the first clearing of its slab moves it to the main queue.
+                self.arena[loc as usize] |= CTRL_ACCESSED;
+            }
             if self.index.insert(p, loc).is_err() {
                 // The key's two buckets are full and no displacement path was found. Evict one
                 // item from those buckets — the one whose slab was used least recently — which

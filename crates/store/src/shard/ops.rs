@@ -120,7 +120,7 @@ impl Shard {
             won = true;
         }
         if !opts.no_bump {
-            new_ctrl |= CTRL_FETCHED;
+            new_ctrl |= CTRL_FETCHED | CTRL_ACCESSED;
             self.slabs.meta[s as usize].last_access = now;
             self.policy.on_access(s);
         }

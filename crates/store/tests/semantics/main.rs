@@ -60,4 +60,5 @@ fn filled(layout: Layout) -> Store {
 
 mod commands;
 mod ranges;
+mod s3fifo;
 mod space;
