@@ -69,11 +69,17 @@ fn main() {
             })
         })
         .unwrap_or(EvictionPolicyKind::S3FIFO);
-    for eviction in [
-        EvictionPolicyKind::SlabLru,
-        EvictionPolicyKind::SecondChanceFifo,
-        s3fifo,
-    ] {
+    // `ONLY_S3FIFO=1` skips the other policies.
+    let policies = if std::env::var_os("ONLY_S3FIFO").is_some() {
+        vec![s3fifo]
+    } else {
+        vec![
+            EvictionPolicyKind::SlabLru,
+            EvictionPolicyKind::SecondChanceFifo,
+            s3fifo,
+        ]
+    };
+    for eviction in policies {
         let store = Store::new(StoreConfig {
             memory_limit_bytes: mib << 20,
             eviction,

@@ -40,8 +40,8 @@ pub enum EvictionPolicyKind {
     /// S3-FIFO (Yang et al., SOSP '23) at slab granularity: new items land in a small
     /// probationary FIFO of slabs; clearing its oldest slab moves the items accessed since
     /// they were written into the main FIFO's open slab and drops the rest, remembering
-    /// their key hashes in a ghost table (a key written again while remembered is admitted
-    /// as accessed); main slabs are cleared the same way, accessed items staying in main.
+    /// their key hashes in a ghost table (a key written again while remembered goes to
+    /// main); main slabs are cleared the same way, items with accesses left staying in main.
     S3Fifo {
         /// Share of the slabs in use the small queue may hold before it is cleared first,
         /// per mille (1..=900). Default 100.

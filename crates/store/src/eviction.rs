@@ -18,9 +18,10 @@ pub enum Clearing {
     /// Items read since they were written stay, compacted to the slab's start with their
     /// fetched bit cleared, and the slab re-enters through `on_open`; the rest leave.
     KeepFetched,
-    /// Items accessed since the policy last looked at them (the item's accessed bit) move to
-    /// the main queue's open slab, bit cleared; the rest leave, their key hashes into the
-    /// ghost table when `ghost` (S3-FIFO's small queue) — or not (its main queue).
+    /// Items with accesses counted (the index slot's counter, bumped by reads and rewrites)
+    /// move to the main queue's open slab; the rest leave. `ghost` (S3-FIFO's small queue):
+    /// the leaving items' key hashes go into the ghost table and the moved ones keep their
+    /// count; otherwise (its main queue) a kept item spends one count.
     Promote {
         /// Remember the hashes of the items that leave.
         ghost: bool,

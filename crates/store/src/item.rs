@@ -29,10 +29,6 @@ pub(crate) const CTRL_STALE: u8 = 1 << 4;
 pub(crate) const CTRL_WIN: u8 = 1 << 5;
 /// The item was stored through a base64 key (meta `b`): memcached echoes its key in base64.
 pub(crate) const CTRL_KEY_BINARY: u8 = 1 << 6;
-/// Accessed (read or rewritten) since the eviction policy last looked at the item: S3-FIFO's
-/// frequency bit. Kept apart from `CTRL_FETCHED`, which the meta protocol reports (`mg h`).
-/// Not a state bit: a rewrite sets it explicitly (`Shard::store_item`).
-pub(crate) const CTRL_ACCESSED: u8 = 1 << 7;
 /// The state bits a rewrite of an item may carry over.
 pub(crate) const CTRL_STATE: u8 = CTRL_FETCHED | CTRL_STALE | CTRL_WIN | CTRL_KEY_BINARY;
 

@@ -28,8 +28,8 @@ pub struct Stats {
     pub second_chance_items: u64,
     /// Dead bytes recovered by compaction.
     pub compacted_bytes: u64,
-    /// Items an S3-FIFO clearing kept (moved to the main queue, or kept there) because they
-    /// were accessed since it last looked at them.
+    /// Items an S3-FIFO clearing kept (moved to the main queue, or kept there) because
+    /// accesses were counted for them.
     pub promoted_items: u64,
     /// Slabs holding S3-FIFO's ghost table instead of items.
     pub slabs_ghost: u64,

@@ -4,11 +4,13 @@
 //! The paper's three queues map onto the arena as follows. A newly opened slab, which new items
 //! are appended to, joins the **small** FIFO (probation). The **main** FIFO holds slabs of
 //! items that proved themselves: its open slab (the shard's `main_head`) receives the items
-//! promoted out of small slabs. Frequency is one bit per item (`CTRL_ACCESSED`, set by a read
-//! or a rewrite), so main is a CLOCK: an accessed item at main's tail is moved to main's open
-//! slab with its bit cleared, an unaccessed one leaves. The **ghost** queue is the shard's
-//! `Ghost` table of key hashes of items dropped from small unread; a key written again while
-//! its hash is there is admitted as accessed, so it reaches main at its slab's first clearing.
+//! promoted out of small slabs. Frequency is the paper's 2-bit counter per item, kept in the
+//! item's index slot (no memory of its own; a read or a rewrite adds one, up to 3): clearing a
+//! small slab promotes the items counted at least once, clearing a main slab keeps (moves to
+//! main's open slab) those counted at least once, one count spent, and drops the rest. The
+//! **ghost** queue is the shard's `Ghost` table of key hashes of items dropped from small
+//! unread; a key written again while its hash is there goes straight to main's open slab (or,
+//! without room there, to small counted once, so its slab's first clearing promotes it).
 //!
 //! The victim is small's oldest slab while small holds more than `small_permille` of the slabs
 //! in use (or main is empty), otherwise main's oldest. One-hit wonders and scans pass through

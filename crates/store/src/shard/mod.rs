@@ -27,8 +27,7 @@ use crate::feed::{Change, ChangeKind, ChangeSink};
 use crate::ghost::Ghost;
 use crate::index::{Index, SLOT_BYTES, SLOTS_PER_BUCKET};
 use crate::item::{
-    self, CTRL_ACCESSED, CTRL_FETCHED, CTRL_KEY_BINARY, CTRL_STALE, CTRL_STATE, CTRL_WIN, Header,
-    ItemFields,
+    self, CTRL_FETCHED, CTRL_KEY_BINARY, CTRL_STALE, CTRL_STATE, CTRL_WIN, Header, ItemFields,
 };
 use crate::ops::*;
 use crate::slab::{ListId, SlabId, SlabMeta, Slabs};
@@ -160,6 +159,8 @@ pub(crate) struct Shard {
     moved_in: Vec<u64>,
     /// S3-FIFO's ghost table, in slabs of the arena (`ListId::Ghost`).
     ghost: Option<Ghost>,
+    /// The policy reads the index's access counters (S3-FIFO): reads and rewrites count.
+    counts_frequency: bool,
 }
 
 fn slab_of(loc: u64, slab_size: u64) -> SlabId {
@@ -208,6 +209,7 @@ impl Shard {
             move_clock: 0,
             moved_in: vec![0; slab_count],
             ghost: None,
+            counts_frequency: matches!(c.eviction, EvictionPolicyKind::S3Fifo { .. }),
         };
         if let EvictionPolicyKind::S3Fifo { ghost_permille, .. } = c.eviction {
             shard.reserve_ghost(ghost_permille);
@@ -413,7 +415,19 @@ impl Shard {
             cas,
             state,
         };
-        let (loc, len) = self.alloc(|base| item::encoded_len(&fields, base), cas, now)?;
+        // A key S3-FIFO dropped from its small queue unread and wanted again soon goes to the
+        // main queue's open slab; without room there, to the small queue marked accessed, so
+        // its slab's first clearing moves it to main.
+        let admitted = self.ghost_take(hash);
+        let in_main = if admitted {
+            self.alloc_in_main_head(|base| item::encoded_len(&fields, base))
+        } else {
+            None
+        };
+        let (loc, len) = match in_main {
+            Some(place) => place,
+            None => self.alloc(|base| item::encoded_len(&fields, base), cas, now)?,
+        };
         let s = slab_of(loc, self.slab_size);
         let base = self.slabs.meta[s as usize].cas_base;
         let buf = &mut self.arena[loc as usize..loc as usize + len];
@@ -427,14 +441,9 @@ impl Shard {
             let old_len = self.header(old).total_len;
             self.index.set_loc(slot, loc);
             self.kill(old, old_len);
-            // A rewrite of a present key is an access (S3-FIFO's frequency bit).
-            self.arena[loc as usize] |= CTRL_ACCESSED;
+            // A rewrite of a present key is an access (S3-FIFO's frequency).
+            self.bump_freq(slot);
         } else {
-            if self.ghost_take(hash) {
-                // Dropped from the small queue unread, and wanted again soon: admitted as
-                // accessed, so the first clearing of its slab moves it to the main queue.
-                self.arena[loc as usize] |= CTRL_ACCESSED;
-            }
             if self.index.insert(p, loc).is_err() {
                 // The key's two buckets are full and no displacement path was found. Evict one
                 // item from those buckets — the one whose slab was used least recently — which
@@ -470,6 +479,12 @@ impl Shard {
                     self.kill(loc, len);
                     return Err(StoreError::OutOfMemory);
                 }
+            }
+        }
+        if admitted && in_main.is_none() {
+            // In the small queue, counted as accessed: its slab's first clearing promotes it.
+            if let Some(slot) = self.index.find_loc(p, loc) {
+                self.bump_freq(slot);
             }
         }
         let m = &mut self.slabs.meta[s as usize];

@@ -120,7 +120,8 @@ impl Shard {
             won = true;
         }
         if !opts.no_bump {
-            new_ctrl |= CTRL_FETCHED | CTRL_ACCESSED;
+            new_ctrl |= CTRL_FETCHED;
+            self.bump_freq(slot);
             self.slabs.meta[s as usize].last_access = now;
             self.policy.on_access(s);
         }

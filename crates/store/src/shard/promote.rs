@@ -1,9 +1,10 @@
 //! S3-FIFO's mechanism in a shard: the ghost table's slabs, and clearing a victim slab by
 //! moving its accessed items into the main queue's open slab (`main_head`).
 //!
-//! Clearing walks the victim once, in address order. Expired items leave; unaccessed ones
-//! leave too (into the ghost if the victim was a small slab); accessed ones have their bit
-//! cleared and are re-encoded at the end of the main head (their CAS relative to its base).
+//! Clearing walks the victim once, in address order. Expired items leave; items without
+//! counted accesses (the index slot's counter) leave too, into the ghost if the victim was a
+//! small slab; the others are re-encoded at the end of the main head (their CAS relative to
+//! its base), a main victim's spending one count.
 //! When the main head cannot take the next item, the victim itself becomes the main head and
 //! its remaining accessed items slide down in place, as compaction does (an item only ever
 //! moves towards lower addresses of its own slab, never over one not yet read). So clearing
@@ -17,7 +18,7 @@
 
 use super::*;
 use crate::ghost::Ghost;
-use crate::item::CTRL_ACCESSED;
+use crate::index::FREQ_MAX;
 
 impl Shard {
     /// Takes the ghost table's slabs out of the free list for a policy that wants a ghost of
@@ -79,6 +80,34 @@ impl Shard {
     /// Ticks once per S3-FIFO clearing.
     pub fn move_clock(&self) -> u64 {
         self.move_clock
+    }
+
+    /// Reserves `len_for(cas_base)` bytes at the end of the main head for a new item; `None`
+    /// without a main head or room in it.
+    pub(super) fn alloc_in_main_head(
+        &mut self,
+        len_for: impl Fn(u64) -> usize,
+    ) -> Option<(u64, usize)> {
+        let m = self.main_head?;
+        let meta = &mut self.slabs.meta[m as usize];
+        let len = len_for(meta.cas_base);
+        if meta.write_offset as usize + len > meta.len as usize {
+            return None;
+        }
+        let loc = meta.start + u64::from(meta.write_offset);
+        meta.write_offset += len as u32;
+        meta.live_bytes += len as u32;
+        Some((loc, len))
+    }
+
+    /// Counts an access to the item of index `slot` (saturating), if the policy counts.
+    pub(super) fn bump_freq(&mut self, slot: usize) {
+        if self.counts_frequency {
+            let f = self.index.freq(slot);
+            if f < FREQ_MAX {
+                self.index.set_freq(slot, f + 1);
+            }
+        }
     }
 
     fn make_main_head(&mut self, s: SlabId) {
@@ -148,7 +177,8 @@ impl Shard {
                 continue;
             };
             let expired = Expiry::at(h.expiry).is_expired(now);
-            if expired || h.ctrl & CTRL_ACCESSED == 0 {
+            let freq = self.index.freq(slot);
+            if expired || freq == 0 {
                 if ghost && !expired {
                     let b = loc as usize;
                     let hash = crate::key_hash(
@@ -169,6 +199,11 @@ impl Shard {
                 }
                 continue;
             }
+            // Kept: from small with its count (measured: resetting it, or promoting only
+            // items counted twice, does no better), in main with one count spent.
+            if !ghost {
+                self.index.set_freq(slot, freq - 1);
+            }
             if in_place.is_none() {
                 if self.move_to_main_head(slot, loc, &h) {
                     if self.slabs.meta[s as usize].list == ListId::Free {
@@ -181,7 +216,6 @@ impl Shard {
                 in_place = Some(0);
             }
             let dst = in_place.unwrap_or(0);
-            self.arena[loc as usize] &= !CTRL_ACCESSED;
             let new_loc = start + dst;
             if new_loc != loc {
                 self.arena
