@@ -168,6 +168,14 @@ impl Index {
         }
     }
 
+    /// Sets every access counter to 0.
+    pub fn clear_freqs(&mut self) {
+        let mask = !(u64::from(FREQ_MAX) << FREQ_SHIFT);
+        for e in &mut self.slots {
+            *e &= mask;
+        }
+    }
+
     pub fn clear(&mut self) {
         self.slots.fill(0);
         self.used = 0;

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::config::{ConfigError, StoreConfig};
+use crate::config::{ConfigError, EvictionPolicyKind, StoreConfig};
 use crate::expiry::Expiry;
 use crate::feed::{ChangeKind, ChangeSink};
 use crate::ops::*;
@@ -79,6 +79,9 @@ pub struct Store {
     flush_at: AtomicU32,
     sink: Option<Arc<dyn ChangeSink>>,
     config: StoreConfig,
+    /// The eviction policy every shard runs now. Held by a switch across the shards' locks,
+    /// which it takes one at a time after it; nothing holding a shard lock takes it.
+    eviction: Mutex<EvictionPolicyKind>,
 }
 
 impl std::fmt::Debug for Store {
@@ -116,8 +119,35 @@ impl Store {
             seq: AtomicU64::new(0),
             flush_at: AtomicU32::new(0),
             sink,
+            eviction: Mutex::new(config.eviction),
             config,
         })
+    }
+
+    /// The eviction policy the shards run (the configured one until a switch).
+    pub fn eviction(&self) -> EvictionPolicyKind {
+        *self.eviction.lock()
+    }
+
+    /// Switches every shard to the eviction policy `kind`, one shard at a time under its lock:
+    /// the policy's metadata is translated in place (`shard::switch`), so a request waits at
+    /// most for one shard's translation, none fails, no item is copied and only the items of
+    /// the slabs a ghost needs are evicted. Reads and writes on other shards go on meanwhile;
+    /// each shard runs exactly one policy at any moment. `Err` (nothing changed) if `kind`'s
+    /// parameters are invalid.
+    pub fn switch_eviction(&self, kind: EvictionPolicyKind, now: u32) -> Result<(), ConfigError> {
+        StoreConfig {
+            eviction: kind,
+            ..self.config.clone()
+        }
+        .validate()?;
+        let mut current = self.eviction.lock();
+        self.maybe_flush(now);
+        for shard in self.shards.iter() {
+            shard.lock().switch_policy(kind, now);
+        }
+        *current = kind;
+        Ok(())
     }
 
     /// The configuration the store was built with.

@@ -38,6 +38,7 @@ mod ops;
 mod promote;
 mod ranges;
 mod space;
+mod switch;
 
 /// How one shard's memory budget is divided between index and arena.
 #[derive(Debug, Clone, Copy)]
@@ -181,16 +182,7 @@ impl Shard {
         let slabs = Slabs::new(sizing.arena_bytes as u64, c.slab_size_bytes as u64);
         // Each slab is queued for compaction at most once, so this never grows.
         let slab_count = slabs.len();
-        let policy: Box<dyn EvictionPolicy> = match c.eviction {
-            EvictionPolicyKind::SlabLru => Box::new(SlabLru::new(slabs.len())),
-            EvictionPolicyKind::LeastLiveOfLru { candidates } => {
-                Box::new(LeastLiveOfLru::new(slabs.len(), candidates))
-            }
-            EvictionPolicyKind::SecondChanceFifo => Box::new(SecondChanceFifo::new(slabs.len())),
-            EvictionPolicyKind::S3Fifo { small_permille, .. } => {
-                Box::new(S3Fifo::new(slabs.len(), small_permille))
-            }
-        };
+        let policy = switch::new_policy(c.eviction, slabs.len());
         let mut shard = Shard {
             arena,
             slab_size: c.slab_size_bytes as u64,

@@ -26,14 +26,11 @@ impl Shard {
     /// when `permille` > 0), at most an eighth of the shard's slabs; none in a shard of fewer
     /// than 8 slabs.
     pub(super) fn reserve_ghost(&mut self, permille: u32) {
-        let n = self.slabs.len();
-        if permille == 0 || n < 8 {
+        let count = self.ghost_slabs_wanted(permille);
+        if count == 0 {
             return;
         }
-        let entries = self.index.capacity() as u64 * u64::from(permille) / 1000;
-        let bytes = entries * crate::ghost::ENTRY_BYTES as u64;
-        let wanted = ((bytes + self.slab_size / 2) / self.slab_size).max(1) as usize;
-        let count = wanted.min(n / 8);
+        let n = self.slabs.len();
         let mut slabs = Vec::with_capacity(count);
         // Full-length free slabs only (the arena's last slab may be shorter).
         for s in 0..n as SlabId {
@@ -54,6 +51,18 @@ impl Shard {
             self.slabs.move_to(s, ListId::Ghost);
         }
         self.ghost = Some(Ghost::new(starts, self.slab_size as usize));
+    }
+
+    /// Slabs a ghost of `permille` entries per index slot takes (see `reserve_ghost`).
+    pub(super) fn ghost_slabs_wanted(&self, permille: u32) -> usize {
+        let n = self.slabs.len();
+        if permille == 0 || n < 8 {
+            return 0;
+        }
+        let entries = self.index.capacity() as u64 * u64::from(permille) / 1000;
+        let bytes = entries * crate::ghost::ENTRY_BYTES as u64;
+        let wanted = ((bytes + self.slab_size / 2) / self.slab_size).max(1) as usize;
+        wanted.min(n / 8)
     }
 
     /// Entries the ghost table holds (0 without one).

@@ -192,5 +192,15 @@ impl Shard {
             assert_eq!(u64::from(m.live_bytes), live[i], "slab {i} live bytes");
             assert!(m.write_offset <= m.len);
         }
+        // Every ghost slab holds the ghost's table, and only those (none leaks).
+        let per_slab = self.slab_size as usize / 16 * 4;
+        assert_eq!(
+            self.slabs.count(ListId::Ghost) * per_slab,
+            self.ghost_capacity(),
+            "ghost slabs"
+        );
+        if let Some(h) = self.main_head {
+            assert_eq!(self.slabs.meta[h as usize].list, ListId::Full, "main head");
+        }
     }
 }
