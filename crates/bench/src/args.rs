@@ -247,6 +247,12 @@ pub enum BenchCommand {
     PlotAutoscale(crate::plot::autoscale::AutoscaleArgs),
     /// Count how many items fit in a server before it evicts, and the implied overhead per item.
     Capacity(crate::capacity::CapacityArgs),
+    /// Hit ratio of a cache-aside client: a key sequence fixed by the parameters (Zipf gets,
+    /// optionally scans of fresh keys), each miss filled with a set.
+    HitRatio(crate::hitratio::HitRatioArgs),
+    /// Draw hit-ratio reports as grouped bars (SVG and PNG): one group per workload, one bar
+    /// per server label.
+    HitRatioPlot(crate::plot::hit_ratio::HitRatioPlotArgs),
     /// Side by side: memcached (A) against cellcache (B), interleaved repetitions, ratios B/A.
     Compare(Box<crate::CompareArgs>),
 }

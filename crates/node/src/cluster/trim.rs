@@ -21,7 +21,7 @@
 use std::sync::{Arc, Weak};
 
 use cellcache_cluster::HashRange;
-use cellcache_store::{DropCursor, DropStep};
+use cellcache_store::{DropStep, ScanCursor};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
@@ -107,7 +107,7 @@ async fn pass(
     let store = &cl.cell.store;
     let drop = |h: u64| gaps.iter().any(|g| g.contains(h));
     let still = || cl.epoch() == epoch;
-    let mut cursor = DropCursor::START;
+    let mut cursor = ScanCursor::START;
     let mut dropped = 0;
     loop {
         if trim.wanted.lock().generation != generation {

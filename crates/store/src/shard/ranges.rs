@@ -65,6 +65,11 @@ impl Shard {
                 .filter(|&s| !listed[s])
                 .map(|s| s as SlabId),
         );
+        // S3-FIFO moves items into its main head: visited last, it misses none of them.
+        if let Some(h) = self.main_head {
+            order.retain(|&s| s != h);
+            order.push(h);
+        }
         order
     }
 
@@ -181,6 +186,9 @@ impl Shard {
         s.compactions += c.compactions;
         s.compacted_bytes += c.compacted_bytes;
         s.second_chance_items += c.second_chance_items;
+        s.promoted_items += c.promoted_items;
+        s.slabs_ghost += self.slabs.count(ListId::Ghost) as u64;
+        s.ghost_entries += self.ghost_capacity() as u64;
         s.get_hits += c.get_hits;
         s.get_misses += c.get_misses;
         s.get_expired += c.get_expired;
@@ -209,6 +217,16 @@ impl Shard {
         for (i, m) in self.slabs.meta.iter().enumerate() {
             assert_eq!(u64::from(m.live_bytes), live[i], "slab {i} live bytes");
             assert!(m.write_offset <= m.len);
+        }
+        // Every ghost slab holds the ghost's table, and only those (none leaks).
+        let per_slab = self.slab_size as usize / 16 * 4;
+        assert_eq!(
+            self.slabs.count(ListId::Ghost) * per_slab,
+            self.ghost_capacity(),
+            "ghost slabs"
+        );
+        if let Some(h) = self.main_head {
+            assert_eq!(self.slabs.meta[h as usize].list, ListId::Full, "main head");
         }
     }
 }

@@ -61,4 +61,5 @@ fn filled(layout: Layout) -> Store {
 mod commands;
 mod drop_walk;
 mod ranges;
+mod s3fifo;
 mod space;
