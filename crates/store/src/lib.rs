@@ -37,7 +37,7 @@ pub use ops::{
 };
 pub use slab::SlabId;
 pub use stats::Stats;
-pub use store::{ScanCursor, Store};
+pub use store::{FillOutcome, ScanCursor, Store};
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,7 @@
 //! The embedded backing store: one redb file per cell (`--backing-store redb:PATH`).
 //!
-//! redb is crash-safe (copy-on-write B-trees, a commit is durable when it returns with the
+//! redb (its 2.x line: 3 and later need a newer Rust than the workspace's 1.85) is crash-safe
+//! (copy-on-write B-trees, a commit is durable when it returns with the
 //! default `Durability::Immediate`) and its API is synchronous, so every call runs on
 //! tokio's blocking pool; redb serialises write transactions itself, so concurrent batches
 //! simply queue. One table, `items`: the key's bytes to [`Record::encode`]'s bytes.
@@ -8,7 +9,7 @@
 use crate::backing::BackingStore;
 use crate::error::TierError;
 use crate::record::{Op, Record};
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, ReadableTable, TableDefinition};
 use std::path::PathBuf;
 use std::sync::Arc;
 

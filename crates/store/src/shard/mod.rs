@@ -32,6 +32,7 @@ use crate::stats::{ShardCounters, Stats};
 use cellcache_keyspace::HashRange;
 
 mod ops;
+mod presence;
 mod ranges;
 mod space;
 
