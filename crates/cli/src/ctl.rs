@@ -75,6 +75,11 @@ enum CtlCommand {
         #[command(subcommand)]
         command: AutoscaleCommand,
     },
+    /// This cell's cache tier (docs/tier.md): its figures, or a live write-policy switch.
+    Tier {
+        #[command(subcommand)]
+        command: TierCommand,
+    },
     /// The ring's secret.
     Secret {
         #[command(subcommand)]
@@ -93,6 +98,18 @@ enum AutoscaleCommand {
         /// As JSON.
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(clap::Subcommand)]
+enum TierCommand {
+    /// The backing store, the write policy and the tier's figures (dirty bytes, flushes,
+    /// loads).
+    Status,
+    /// Switch the write policy of the running cell (through or back); no request fails.
+    Policy {
+        /// through or back.
+        policy: String,
     },
 }
 
@@ -164,6 +181,12 @@ pub fn run(args: CtlArgs) -> anyhow::Result<()> {
             }
             AutoscaleCommand::Status { json: false } => {
                 admin(server, "GET", "/cluster/autoscale", token)?
+            }
+        },
+        CtlCommand::Tier { command } => match command {
+            TierCommand::Status => admin(server, "GET", "/tier", token)?,
+            TierCommand::Policy { policy } => {
+                admin(server, "POST", &format!("/tier/policy/{policy}"), token)?
             }
         },
         CtlCommand::Ranges => admin(server, "GET", "/cluster/ranges", token)?,

@@ -27,7 +27,7 @@ mod writeback;
 pub use backing::{BackingStore, Spec, open};
 pub use error::TierError;
 pub use flight::{Flights, Joined, Landed};
-pub use postgres::{PostgresConfig, PostgresStore};
+pub use postgres::{PostgresConfig, PostgresStore, check_table_name};
 pub use record::{KeyedOp, Op, Record};
 pub use redb_store::RedbStore;
 pub use writeback::{Batch, Completion, Full, Known, WriteBack, WriteBackConfig, WriteBackStats};

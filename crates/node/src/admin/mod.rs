@@ -15,6 +15,7 @@
 
 pub mod client;
 pub mod metrics;
+mod tier;
 
 use std::future::Future as _;
 use std::net::SocketAddr;
@@ -222,6 +223,8 @@ fn router(plane: Arc<Plane>) -> Router {
         .route("/autoscale", get(autoscale_status))
         .route("/cluster/autoscale", get(autoscale_text))
         .route("/cluster/autoscale/{switch}", post(autoscale_switch))
+        .route("/tier", get(tier::status))
+        .route("/tier/policy/{policy}", post(tier::policy))
         .layer(middleware::from_fn_with_state(plane.clone(), authorize))
         .merge(public)
         .with_state(plane)

@@ -346,7 +346,7 @@ impl<W> WriteBack<W> {
     /// Registers `waiter` for `key`'s `version`; gives it back when that is durable already.
     pub fn wait(&mut self, key: &[u8], version: u64, waiter: W) -> Result<(), W> {
         if let Some(clear) = &mut self.clear
-            && clear.version > version
+            && clear.version >= version
         {
             clear.waiters.push(waiter);
             return Ok(());
