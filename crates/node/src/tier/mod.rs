@@ -92,11 +92,14 @@ impl Held {
     }
 }
 
+/// What a waiting request does once its keys landed (`true`: a load failed).
+type Rerun = Box<dyn FnOnce(bool) + Send>;
+
 /// A request waiting for its keys' loads.
 pub struct Job {
     remaining: AtomicUsize,
     failed: AtomicBool,
-    run: Mutex<Option<Box<dyn FnOnce(bool) + Send>>>,
+    run: Mutex<Option<Rerun>>,
 }
 
 impl Job {
