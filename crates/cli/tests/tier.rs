@@ -410,3 +410,52 @@ fn a_stopped_postgres_bounds_the_dirty_set_then_drains_it() {
         assert_eq!(&stored, value, "{key} in PostgreSQL");
     }
 }
+
+#[test]
+fn concurrent_misses_on_one_key_cost_one_load() {
+    let pg = TempPostgres::start_new().expect("a throwaway PostgreSQL (Debian's package)");
+    let url = pg.url();
+    let mut server = cell("tier-single-flight", &["--backing-store", &url]);
+    let mut c = Client::to(server.addr());
+    assert_eq!(c.set("cold", "from-the-store"), "STORED");
+    // A restart empties the memory; the key stays in PostgreSQL.
+    server.kill9().expect("kill -9");
+    server.restart().expect("restart");
+    let mut c = Client::to(server.addr());
+    let loads_before = c.stat("tier_loads");
+    // Hold the table locked so the load waits, until every reader has asked.
+    let locker = std::process::Command::new("psql")
+        .args(["-X", "-q", "-d", &url, "-c"])
+        .arg("BEGIN; LOCK TABLE cellcache_items IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(3); COMMIT;")
+        .spawn()
+        .expect("psql");
+    let mut locked = false;
+    for _ in 0..500 {
+        let held = pg
+            .psql("SELECT count(*) FROM pg_locks WHERE mode = 'AccessExclusiveLock' AND relation = 'cellcache_items'::regclass")
+            .expect("psql");
+        if held == "1" {
+            locked = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(locked, "the table is locked");
+    let readers: Vec<_> = (0..8)
+        .map(|_| {
+            let addr = server.addr();
+            std::thread::spawn(move || Client::to(addr).get("cold"))
+        })
+        .collect();
+    for r in readers {
+        assert_eq!(r.join().expect("reader").as_deref(), Some("from-the-store"));
+    }
+    let mut locker = locker;
+    assert!(locker.wait().expect("psql ends").success());
+    assert_eq!(
+        c.stat("tier_loads") - loads_before,
+        1,
+        "eight misses, one load"
+    );
+    assert_eq!(c.stat("tier_load_hits"), 1);
+}
