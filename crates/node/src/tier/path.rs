@@ -11,9 +11,10 @@
 //!   nothing, its reply is dropped and it goes through the loads instead, so an eviction can
 //!   never make a delete or an `append` miss what the backing store holds.
 //! - Writes are refused with `SERVER_ERROR` while the dirty bytes are at their bound.
-//! - Under write-through, a reply that changed keys is held until the store has their
-//!   versions (or `write_through_timeout_ms` passed: then `SERVER_ERROR`, the write stays
-//!   dirty and is still flushed).
+//! - Under write-through, a reply is held until the store has every version it wrote and
+//!   the newest unconfirmed version of each of its keys (or `write_through_timeout_ms`
+//!   passed: then `SERVER_ERROR`, the write stays dirty and is still flushed): no reply tells
+//!   of a value that a crash could still take back, reads included.
 
 use super::{Captured, Fill, Held, Job, Tier, capture};
 use crate::cell::Cell;
@@ -33,7 +34,7 @@ pub const FULL: &[u8] = b"SERVER_ERROR tier: too much unflushed data, backing st
 pub const LOAD_FAILED: &[u8] = b"SERVER_ERROR tier: loading from the backing store failed\r\n";
 /// The reply of a write-through write the store did not confirm in time.
 pub const NOT_CONFIRMED: &[u8] =
-    b"SERVER_ERROR tier: backing store did not confirm the write in time; it may or may not be stored\r\n";
+    b"SERVER_ERROR tier: the backing store did not confirm in time; a write may or may not be stored\r\n";
 
 /// Where a request goes.
 pub enum Route {
@@ -153,7 +154,7 @@ pub fn route(
             return later_load(cell, gone, bytes);
         }
     }
-    match hold(tier, captured, reply) {
+    match hold(tier, &keys, captured, reply) {
         Ok(reply) => Route::Answered(reply, flow),
         Err(later) => Route::Later(later),
     }
@@ -167,9 +168,28 @@ fn later_load(cell: &Arc<Cell>, keys: Vec<Vec<u8>>, bytes: &[u8]) -> Route {
     }))
 }
 
-/// The reply now, or a hold until `captured` is durable (write-through).
-fn hold(tier: &Arc<Tier>, captured: Captured, reply: Vec<u8>) -> Result<Vec<u8>, Later> {
-    if captured.is_empty() || tier.policy() == WritePolicy::Back {
+/// The reply now, or (write-through) a hold until what the request wrote (`captured`) and
+/// the newest unconfirmed version of each of its `keys` are durable: a reply never tells of
+/// a value a crash could still take back — a read of a value not yet in the store waits for
+/// it, as its writer does.
+fn hold(
+    tier: &Arc<Tier>,
+    keys: &[Vec<u8>],
+    mut captured: Captured,
+    reply: Vec<u8>,
+) -> Result<Vec<u8>, Later> {
+    if tier.policy() == WritePolicy::Back {
+        return Ok(reply);
+    }
+    {
+        let engine = tier.engine.lock();
+        for key in keys {
+            if let Some(version) = engine.unconfirmed_version(key) {
+                captured.push((Some(key.clone()), version));
+            }
+        }
+    }
+    if captured.is_empty() {
         return Ok(reply);
     }
     Err(Later(LaterKind::Hold {
@@ -272,7 +292,10 @@ fn rerun(cell: &Arc<Cell>, bytes: &[u8], fill: Fill) {
     let mut reply = Vec::new();
     let (_, captured) = capture(|| execute(cell, &request, now, &mut reply, &mut counters));
     cell.counters.absorb(&mut counters);
-    match hold(tier, captured, reply) {
+    let keys = classify(&request)
+        .map(|(_, keys, _)| keys)
+        .unwrap_or_default();
+    match hold(tier, &keys, captured, reply) {
         Ok(reply) => fill(reply),
         Err(later) => later.start(fill),
     }

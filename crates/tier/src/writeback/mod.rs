@@ -368,6 +368,20 @@ impl<W> WriteBack<W> {
         }
     }
 
+    /// The newest version of `key` the store has not confirmed yet (a pending `flush_all`
+    /// counts for every key): a write-through read of `key` waits for it, so no reader is
+    /// told a value that a crash could still take back.
+    pub fn unconfirmed_version(&self, key: &[u8]) -> Option<u64> {
+        let entry = self.entries.get(key).and_then(|e| {
+            e.pending
+                .as_ref()
+                .map(|p| p.version)
+                .or(e.flushing.as_ref().map(|f| f.version))
+        });
+        let clear = self.clear.as_ref().map(|c| c.version);
+        entry.max(clear)
+    }
+
     /// What the engine knows of `key` beyond the store.
     pub fn known(&self, key: &[u8]) -> Known {
         let entry = self.entries.get(key);

@@ -205,3 +205,24 @@ fn a_shorter_window_makes_pending_keys_due_sooner() {
     wb.reconfigure(config(0), 100);
     assert!(wb.take_batch(100, 1).is_some());
 }
+
+#[test]
+fn unconfirmed_versions_are_the_newest_not_yet_in_the_store() {
+    let mut wb = WriteBack::<()>::new(config(0));
+    assert_eq!(wb.unconfirmed_version(b"k"), None);
+    wb.record(b"k", put("v1"), 1, 0);
+    let (id, _) = ops(wb.take_batch(0, 1).expect("due"));
+    assert_eq!(wb.unconfirmed_version(b"k"), Some(1), "in flight");
+    wb.record(b"k", put("v2"), 2, 0);
+    assert_eq!(wb.unconfirmed_version(b"k"), Some(2), "pending behind it");
+    wb.complete(id, true, 0);
+    let (id, _) = ops(wb.take_batch(0, 1).expect("due"));
+    wb.complete(id, true, 0);
+    assert_eq!(wb.unconfirmed_version(b"k"), None);
+    wb.record_clear(3);
+    assert_eq!(
+        wb.unconfirmed_version(b"other"),
+        Some(3),
+        "a pending clear counts for all"
+    );
+}
