@@ -461,3 +461,39 @@ fn concurrent_misses_on_one_key_cost_one_load() {
     );
     assert_eq!(c.stat("tier_load_hits"), 1);
 }
+
+#[test]
+fn switching_the_write_policy_under_load_fails_no_request() {
+    let store = redb_path("switch");
+    let server = cell("tier-switch", &["--backing-store", &store]);
+    let load = Workload::start(WorkloadConfig {
+        clients: 4,
+        keys: 16,
+        ops_per_client: 600,
+        shape: Shape::Registers { read_percent: 50 },
+        seed: 20,
+        ..WorkloadConfig::registers(vec![server.addr()])
+    })
+    .expect("register workload");
+    for (at, policy) in [
+        (300, "back"),
+        (900, "through"),
+        (1500, "back"),
+        (2100, "through"),
+    ] {
+        assert!(
+            load.wait_completed(at, Duration::from_secs(120)),
+            "load before {policy}"
+        );
+        ctl_policy(&server, policy);
+    }
+    let run = load.finish();
+    eprintln!("policy switches: {:?}", run.summary);
+    assert_eq!(
+        (run.summary.failed, run.summary.unknown),
+        (0, 0),
+        "no request failed"
+    );
+    assert!(run.summary.ok >= 1400);
+    run.assert_valid("tier-switch");
+}
