@@ -8,7 +8,9 @@
 //!   confirmed (drained, seen in `stats cellcache`) survives, nothing goes back in time;
 //! - dirty items evicted from memory are re-inserted from the write-back engine (T3);
 //! - PostgreSQL stopped: the cell keeps serving from memory, refuses writes past its dirty
-//!   bound, then drains everything once PostgreSQL is back.
+//!   bound, then drains everything once PostgreSQL is back;
+//! - eight concurrent misses on one key cost one load (single flight);
+//! - the write policy switched four times under load: no request fails.
 //!
 //! Every wait is a bounded loop on a condition; no duration is asserted.
 
