@@ -9,6 +9,7 @@ use anyhow::{Context, bail};
 
 use crate::engine::{EngineConfig, LoadMode, StopAfter};
 use crate::schedule::Arrival;
+use crate::workload::growth::Growth;
 use crate::workload::keys::KeySpace;
 use crate::workload::values::ValueSize;
 use crate::workload::{Popularity, Workload};
@@ -114,6 +115,17 @@ pub struct LoadArgs {
     /// Cache-aside: after a get misses, set that key (as the connection's next request).
     #[arg(long)]
     pub set_on_miss: bool,
+    /// A growing data set: sets write each of the --keys once, in order, then overwrite;
+    /// gets read keys whose set was answered, uniformly (docs/benchmarks/bench-tool.md).
+    #[arg(long)]
+    pub grow: bool,
+    /// With --grow: from this time into the measured phase, writes delete the oldest keys
+    /// until --shrink-to keys are left, then overwrite those.
+    #[arg(long, value_parser = parse_duration, requires = "grow")]
+    pub shrink_at: Option<Duration>,
+    /// With --shrink-at: keys left after the deletes (default 0).
+    #[arg(long, requires = "shrink_at")]
+    pub shrink_to: Option<u64>,
     /// Pin generator threads to these cores (e.g. 0 or 0,2-3).
     #[arg(long)]
     pub cpus: Option<crate::affinity::CpuList>,
@@ -191,6 +203,10 @@ impl LoadArgs {
             multiget: self.multiget,
             value_size: self.value_size.clone(),
             ttl_secs: self.ttl,
+            growth: self.grow.then(|| Growth {
+                shrink_at_secs: self.shrink_at.map(|d| d.as_secs_f64()),
+                keep: self.shrink_to.unwrap_or(0),
+            }),
         })
     }
 }
@@ -226,8 +242,17 @@ pub enum BenchCommand {
     /// Draw latency-percentile and throughput plots, and per-second p99 and hit-ratio
     /// timelines (SVG and PNG) from JSON reports.
     Plot(crate::plot::PlotArgs),
+    /// One figure of an autoscaling run: cells, memory fill per cell, replies/s, p99 and hit
+    /// ratio over time, divisions and absorptions marked (scripts/bench-autoscale).
+    PlotAutoscale(crate::plot::autoscale::AutoscaleArgs),
     /// Count how many items fit in a server before it evicts, and the implied overhead per item.
     Capacity(crate::capacity::CapacityArgs),
+    /// Hit ratio of a cache-aside client: a key sequence fixed by the parameters (Zipf gets,
+    /// optionally scans of fresh keys), each miss filled with a set.
+    HitRatio(crate::hitratio::HitRatioArgs),
+    /// Draw hit-ratio reports as grouped bars (SVG and PNG): one group per workload, one bar
+    /// per server label.
+    HitRatioPlot(crate::plot::hit_ratio::HitRatioPlotArgs),
     /// Side by side: memcached (A) against cellcache (B), interleaved repetitions, ratios B/A.
     Compare(Box<crate::CompareArgs>),
 }
@@ -328,5 +353,66 @@ mod tests {
         assert_eq!(workload.value_size, ValueSize::Fixed(1024));
         assert!(Cli::try_parse_from(["bench", "--duration", "1s", "--requests", "5"]).is_err());
         assert!(resolve_servers(&[]).is_err());
+    }
+
+    #[test]
+    fn a_growing_data_set_on_the_command_line() {
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["bench", "--server", "127.0.0.1:1", "--keys", "1000"];
+            argv.extend_from_slice(extra);
+            Cli::try_parse_from(argv).map(|cli| cli.bench.load.workload().unwrap())
+        };
+        assert_eq!(parse(&[]).unwrap().growth, None);
+        assert_eq!(
+            parse(&["--grow"]).unwrap().growth,
+            Some(Growth {
+                shrink_at_secs: None,
+                keep: 0
+            })
+        );
+        assert_eq!(
+            parse(&["--grow", "--shrink-at", "2m", "--shrink-to", "10"])
+                .unwrap()
+                .growth,
+            Some(Growth {
+                shrink_at_secs: Some(120.0),
+                keep: 10
+            })
+        );
+        assert!(parse(&["--shrink-at", "1s"]).is_err(), "needs --grow");
+        assert!(
+            parse(&["--grow", "--shrink-to", "1"]).is_err(),
+            "needs --shrink-at"
+        );
+        // The engine refuses what a growing data set cannot honour.
+        let cli = Cli::try_parse_from([
+            "bench",
+            "--server",
+            "127.0.0.1:1",
+            "--grow",
+            "--set-on-miss",
+        ])
+        .unwrap();
+        let workload = cli.bench.load.workload().unwrap();
+        let config = cli
+            .bench
+            .load
+            .engine_config(resolve_servers(&cli.bench.servers).unwrap());
+        assert!(config.validate(&workload).is_err());
+        let cli = Cli::try_parse_from([
+            "bench",
+            "--server",
+            "127.0.0.1:1",
+            "--grow",
+            "--popularity",
+            "zipf",
+        ])
+        .unwrap();
+        let workload = cli.bench.load.workload().unwrap();
+        let config = cli
+            .bench
+            .load
+            .engine_config(resolve_servers(&cli.bench.servers).unwrap());
+        assert!(config.validate(&workload).is_err());
     }
 }

@@ -207,6 +207,30 @@ impl BlockingClient {
         Ok((stored, other))
     }
 
+    /// Gets every key of `keys` in one pipelined round trip; whether each was a hit.
+    pub fn get_many<'k>(
+        &mut self,
+        keys: impl Iterator<Item = &'k [u8]>,
+    ) -> Result<Vec<bool>, ClientError> {
+        let mut out = Vec::new();
+        let mut n = 0;
+        for key in keys {
+            out.extend_from_slice(b"get ");
+            out.extend_from_slice(key);
+            out.extend_from_slice(b"\r\n");
+            n += 1;
+        }
+        self.send(&out)?;
+        (0..n)
+            .map(|_| {
+                self.read_reply(Expect::Values, |reply| match reply {
+                    Reply::Values(values) => Ok(values.count() > 0),
+                    other => Err(format!("{other:?}")),
+                })
+            })
+            .collect()
+    }
+
     fn send(&mut self, bytes: &[u8]) -> Result<(), ClientError> {
         self.stream
             .write_all(bytes)

@@ -11,7 +11,7 @@
 //! `cellcache-proto`'s codec, bounded by [`wire`]'s limits) →
 //! [`stats`] (histograms, counters) → [`report`] (JSON, table) → [`plot`]. [`client`] is the
 //! blocking control connection (readiness, stats, preload); [`capacity`] and [`compare`] are the
-//! experiments built on top; [`affinity`] pins threads; [`tls`] is `--tls` (rustls client
+//! experiments built on top, and [`hitratio`] the deterministic cache-aside hit-ratio run; [`affinity`] pins threads; [`tls`] is `--tls` (rustls client
 //! configuration; the engine and the control client carry the sessions).
 
 // The calls into the OS (CPU affinity, thread CPU time, timerfd) go through rustix's and nix's
@@ -24,6 +24,7 @@ pub mod capacity;
 pub mod client;
 pub mod compare;
 pub mod engine;
+pub mod hitratio;
 pub mod plot;
 pub mod report;
 pub mod schedule;
@@ -67,7 +68,10 @@ const PROGRESS_INTERVAL: Duration = Duration::from_millis(250);
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.command {
         Some(BenchCommand::Plot(plot)) => return plot::run(plot),
+        Some(BenchCommand::PlotAutoscale(a)) => return plot::autoscale::run(a),
         Some(BenchCommand::Capacity(cap)) => return capacity::run(cap),
+        Some(BenchCommand::HitRatio(h)) => return hitratio::run(h),
+        Some(BenchCommand::HitRatioPlot(p)) => return plot::hit_ratio::run(p),
         Some(BenchCommand::Compare(compare)) => return run_compare(*compare),
         None => {}
     }
@@ -205,6 +209,7 @@ pub fn run_load_to(
             ttl_secs: workload.ttl_secs,
             set_on_miss: config.set_on_miss,
             preloaded,
+            growth: workload.growth,
         },
         results: report::results(&result),
     })

@@ -17,6 +17,8 @@ use plotters::prelude::*;
 
 use crate::report::RunReport;
 
+pub mod autoscale;
+pub mod hit_ratio;
 mod timeline;
 pub use timeline::Mark;
 use timeline::{draw_hit_ratio, draw_marks, draw_p99_timeline, timeline_secs};

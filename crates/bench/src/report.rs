@@ -81,6 +81,9 @@ pub struct WorkloadReport {
     pub set_on_miss: bool,
     /// Keys written before the run (0 = no preload).
     pub preloaded: u64,
+    /// A growing data set (`--grow`): when it shrinks and to how many keys.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub growth: Option<crate::workload::growth::Growth>,
 }
 
 /// How the run was driven.
@@ -347,6 +350,12 @@ impl RunReport {
             "workload  {} keys ({pop}), get ratio {}, multiget {}, value {} B, ttl {}s",
             w.key_count, w.get_ratio, w.multiget, w.value_size, w.ttl_secs
         );
+        if let Some(g) = w.growth {
+            let shrink = g.shrink_at_secs.map_or("never shrinks".to_owned(), |at| {
+                format!("shrinks to {} keys from {at}s", g.keep)
+            });
+            let _ = writeln!(s, "growth    keys written in order once, {shrink}");
+        }
         let _ = writeln!(
             s,
             "measured  {:.2}s (wall {:.2}s)",

@@ -153,6 +153,24 @@ impl TlsTarget {
         ClientConnection::new(self.config.clone(), name)
     }
 
+    /// A session with `addr` over the connected (still blocking) `stream`, its handshake
+    /// finished within `timeout` per read or write.
+    pub fn handshake(
+        &self,
+        addr: SocketAddr,
+        stream: &std::net::TcpStream,
+        timeout: std::time::Duration,
+    ) -> std::io::Result<ClientConnection> {
+        let mut session = self.session(addr).map_err(std::io::Error::other)?;
+        stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))?;
+        let mut stream = stream;
+        while session.is_handshaking() {
+            session.complete_io(&mut stream)?;
+        }
+        Ok(session)
+    }
+
     /// The report's view, with what `conn` (a finished handshake) negotiated.
     pub fn report(&self, conn: Option<&ClientConnection>) -> TlsReport {
         TlsReport {

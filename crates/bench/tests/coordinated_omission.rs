@@ -62,6 +62,7 @@ fn a_server_stall_shows_in_the_latency_of_every_request_due_during_it() {
         multiget: 1,
         value_size: ValueSize::Fixed(1),
         ttl_secs: 0,
+        growth: None,
     });
     let config = EngineConfig {
         servers: vec![addr],

@@ -355,6 +355,56 @@ fn compare_runs_memcached_against_itself() {
 }
 
 #[test]
+fn a_growing_data_set_grows_holds_and_shrinks_and_every_get_hits() {
+    let server = memcached(64);
+    // 2,000 writes/s: the 2,000 keys are written in the first second (of the warm-up and the
+    // measured phase), held, deleted from 1.5 s down to 500, then overwritten.
+    let load = load_args(&[
+        "-c",
+        "4",
+        "-t",
+        "2",
+        "--pipeline",
+        "4",
+        "--rate",
+        "4000",
+        "--warmup",
+        "500ms",
+        "--duration",
+        "3s",
+        "--keys",
+        "2000",
+        "--get-ratio",
+        "0.5",
+        "--value-size",
+        "200",
+        "--grow",
+        "--shrink-at",
+        "1.5s",
+        "--shrink-to",
+        "500",
+    ]);
+    let report = cellcache_bench::run_load(&[server.addr], &load, false).unwrap();
+    check_accounting(&report);
+    let r = &report.results;
+    let (gets, sets, deletes) = (&r.ops["get"], &r.ops["set"], &r.ops["delete"]);
+    assert_eq!(r.all.errors, 0);
+    assert!(gets.replies > 3_000, "{gets:?}");
+    assert_eq!(gets.misses, 0, "a get reads only answered, undeleted keys");
+    assert_eq!(
+        deletes.replies, 1_500,
+        "the oldest 1,500 keys deleted once each"
+    );
+    assert_eq!(deletes.not_stored, 0, "every delete found its key");
+    assert!(sets.replies > 1_000, "{sets:?}");
+    let five = Duration::from_secs(5);
+    let client = cellcache_bench::client::BlockingClient::connect(server.addr, five, five);
+    let stats = client.unwrap().stats().unwrap();
+    assert_eq!(stats["curr_items"], "500", "the kept keys");
+    assert_eq!(report.workload.growth.unwrap().keep, 500);
+}
+
+#[test]
 fn read_through_fills_each_missing_key_once() {
     let server = memcached(64);
     // One connection, one request in flight: a fill is always the request right after its

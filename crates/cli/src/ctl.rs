@@ -80,6 +80,22 @@ enum CtlCommand {
         #[command(subcommand)]
         command: TierCommand,
     },
+    /// Switch a building block of this cell live, while it serves: `ctl switch eviction
+    /// s3fifo`; `ctl switch --list [--json]` shows each block's implementation and the others.
+    Switch {
+        /// The block (eviction).
+        #[arg(required_unless_present = "list")]
+        block: Option<String>,
+        /// The implementation to switch to (eviction: lru, s3fifo).
+        #[arg(required_unless_present = "list")]
+        implementation: Option<String>,
+        /// List the blocks instead.
+        #[arg(long, conflicts_with_all = ["block", "implementation"])]
+        list: bool,
+        /// With --list: as JSON.
+        #[arg(long, requires = "list")]
+        json: bool,
+    },
     /// The ring's secret.
     Secret {
         #[command(subcommand)]
@@ -162,6 +178,26 @@ fn peer_of(server: &str, token: Option<&str>) -> anyhow::Result<String> {
         .with_context(|| format!("no peer address of cell {me} in the status of {server}"))
 }
 
+/// `ctl switch --list`: the admin plane's JSON as is, or one line per block.
+fn switch_list(body: &str, json: bool) -> anyhow::Result<String> {
+    if json {
+        return Ok(body.to_string());
+    }
+    let blocks: serde_json::Value = serde_json::from_str(body).context("the /switch reply")?;
+    let mut out = String::new();
+    for (block, v) in blocks.as_object().into_iter().flatten() {
+        let available: Vec<&str> = v["available"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|a| a.as_str())
+            .collect();
+        let current = v["current"].as_str().unwrap_or("?");
+        out += &format!("{block} {current} (available: {})\n", available.join(", "));
+    }
+    Ok(out)
+}
+
 pub fn run(args: CtlArgs) -> anyhow::Result<()> {
     let server = &args.server;
     let token = read_token(args.admin_token_file.as_deref())?;
@@ -173,6 +209,20 @@ pub fn run(args: CtlArgs) -> anyhow::Result<()> {
             let scale = admin(server, "GET", "/cluster/autoscale", token).unwrap_or_default();
             ring + scale.strip_prefix("SERVER_ERROR").map_or(&scale, |_| "")
         }
+        CtlCommand::Switch {
+            block,
+            implementation,
+            list,
+            json,
+        } => match (block, implementation) {
+            (Some(block), Some(implementation)) if !list => admin(
+                server,
+                "POST",
+                &format!("/switch/{block}/{implementation}"),
+                token,
+            )?,
+            _ => switch_list(&admin(server, "GET", "/switch", token)?, *json)?,
+        },
         CtlCommand::Autoscale { command } => match command {
             AutoscaleCommand::On => admin(server, "POST", "/cluster/autoscale/on", token)?,
             AutoscaleCommand::Off => admin(server, "POST", "/cluster/autoscale/off", token)?,

@@ -18,6 +18,7 @@ const KEYS: &[(&str, &str)] = &[
     ("enable_shutdown", "server.shutdown_command"),
     ("disable_flush_all", "server.flush_enabled"),
     ("disable_evictions", "store.evictions"),
+    ("eviction", "store.eviction"),
     ("disable_cas", "store.cas_enabled"),
     ("max_reqs_per_event", "server.requests_per_event_max"),
     ("detail_delimiter", "server.detail_delimiter"),

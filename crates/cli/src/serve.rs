@@ -49,6 +49,11 @@ pub struct ServeArgs {
     /// Answer "SERVER_ERROR out of memory storing object" instead of evicting (memcached -M).
     #[arg(short = 'M', long)]
     pub disable_evictions: bool,
+    /// Eviction policy: lru (slab-level LRU) or s3fifo (small, main and ghost FIFOs: keeps
+    /// items read again through scans and one-hit wonders; docs/store.md), also
+    /// second_chance_fifo or least_live_of_lru.
+    #[arg(long, value_name = "POLICY")]
+    pub eviction: Option<cellcache_store::EvictionPolicyKind>,
     /// No CAS (memcached -C): gets/mg report CAS 0, cas and ms C never match, items count
     /// 8 bytes less against -I.
     #[arg(short = 'C', long)]
@@ -241,6 +246,9 @@ impl ServeArgs {
         }
         if self.disable_evictions {
             c.store.evictions = false;
+        }
+        if let Some(policy) = self.eviction {
+            c.store.eviction = policy;
         }
         if self.disable_cas {
             c.store.cas_enabled = false;
@@ -606,6 +614,22 @@ mod tests {
         // Unknown flags still fail with a usage message.
         let err = serve(&["-9"]).unwrap_err().to_string();
         assert!(err.contains("Usage"), "{err}");
+    }
+
+    /// --eviction picks the store's eviction policy by name, over TOML and environment.
+    #[test]
+    fn eviction_flag_names_the_policy() {
+        use cellcache_store::EvictionPolicyKind;
+        assert_eq!(
+            serve(&[]).unwrap().0.store.eviction,
+            EvictionPolicyKind::SlabLru
+        );
+        let (c, _) = serve(&["--eviction", "s3fifo"]).unwrap();
+        assert_eq!(c.store.eviction, EvictionPolicyKind::S3FIFO);
+        let (c, _) = serve(&["--eviction", "lru"]).unwrap();
+        assert_eq!(c.store.eviction, EvictionPolicyKind::SlabLru);
+        let err = serve(&["--eviction", "arc"]).unwrap_err().to_string();
+        assert!(err.contains("unknown eviction policy"), "{err}");
     }
 
     /// -l as memcached: repeated or comma-separated, a repetition of listed addresses

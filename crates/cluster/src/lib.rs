@@ -31,5 +31,5 @@ pub use consensus::{Consensus, ConsensusError, LocalConsensus, Membership};
 pub use id::{CellId, IdError};
 pub use map::{AbsorptionReason, Cell, CellAddress, CellState, ClusterMap, MapError, Migration};
 pub use placement::key_hash;
-pub use ring::{Output, Ring, RingConfig, RingMessage};
+pub use ring::{Output, Ring, RingConfig, RingMessage, ServeWait};
 pub use wire::{Decoded, Frame, FrameKind, WireConfig, WireError};

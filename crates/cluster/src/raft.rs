@@ -262,6 +262,12 @@ impl RaftGroup {
         self.id
     }
 
+    /// Woken (one permit) whenever this replica applies a new map: a cell waits on it to
+    /// install the map at once rather than at its next poll of `current_map`.
+    pub fn map_changed(&self) -> std::sync::Arc<tokio::sync::Notify> {
+        self.machine.changed()
+    }
+
     /// Forms a new group with these voters (node id → cell id). Call once, on one replica.
     pub async fn initialize(
         &self,

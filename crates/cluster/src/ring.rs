@@ -45,7 +45,9 @@ use crate::id::CellId;
 use crate::map::{AbsorptionReason, CellAddress, CellState, ClusterMap, Migration};
 use crate::range::HashRange;
 
-pub use interface::{Output, RING_MESSAGE_BYTES_MAX, RingConfig, RingMessage, RingMessageError};
+pub use interface::{
+    Output, RING_MESSAGE_BYTES_MAX, RingConfig, RingMessage, RingMessageError, ServeWait,
+};
 
 #[derive(Debug, Clone, Copy)]
 struct Lease {
@@ -83,6 +85,11 @@ pub struct Ring {
     /// Per backup, the send time of the oldest heartbeat whose answer this cell may still
     /// accept: set when it released leases from that backup (see `LeaseRelease`).
     accept_from_ms: BTreeMap<CellId, u64>,
+    /// Heartbeats of masters this cell backs up that came while its map was unconfirmed
+    /// (sender → the latest one's `sent_at_ms`): answered with a grant as soon as the map is
+    /// confirmed ([`Ring::answer_deferred`]) instead of at the master's next retry. At most
+    /// one per predecessor.
+    deferred: BTreeMap<CellId, u64>,
     /// My backups under the installed map (cached: `can_serve` is on the request path).
     backups: Vec<CellId>,
     last_heartbeat_ms: Option<u64>,
@@ -127,6 +134,7 @@ impl Ring {
             leases: BTreeMap::new(),
             grants: BTreeMap::new(),
             accept_from_ms: BTreeMap::new(),
+            deferred: BTreeMap::new(),
             backups: Vec::new(),
             last_heartbeat_ms: None,
             last_lease_retry_ms: 0,
@@ -193,6 +201,11 @@ impl Ring {
         }
         self.recent.push_back(old.clone());
         self.adopt(map, Some(old), served, now_ms);
+        // Heartbeat and confirm now, not at the next tick, so leases under the new map
+        // arrive within one round trip.
+        if !self.fenced {
+            self.heartbeat(now_ms);
+        }
     }
 
     /// The ranges `cell` masters for a message stamped with map `epoch`: its range in the
@@ -388,10 +401,8 @@ impl Ring {
         if let Some(range) = me.range {
             self.record_acquired(old.as_ref(), &map, range, served, now_ms);
         }
-        // Heartbeat and confirm at once so leases under the new map arrive within one round
-        // trip.
-        self.last_heartbeat_ms = None;
         self.outputs.push(Output::Holdings {
+            epoch: map.epoch(),
             master: me.range,
             backups: if me.state == CellState::Active {
                 map.backup_ranges(&self.me)
@@ -412,8 +423,32 @@ impl Ring {
                     && !map.migrations().contains(m)
             })
         });
+        // A division's child flipped now received all of my old range before the flip (the
+        // snapshot and every write since: it caught up, and stayed a replication target),
+        // so as my new backup it holds my new range already. (Re-sending it cost the
+        // parent, the busiest cell of the ring, a second stream of half its data right
+        // after the flip.)
+        let children_done: Vec<CellId> = old
+            .iter()
+            .flat_map(|o| o.migrations())
+            .filter_map(|m| match m {
+                Migration::Division { parent, child, .. }
+                    if *parent == self.me
+                        && !map.migrations().contains(m)
+                        && map
+                            .cell(child)
+                            .is_some_and(|c| c.state == CellState::Active) =>
+                {
+                    Some(child.clone())
+                }
+                _ => None,
+            })
+            .collect();
         if let (Some(range), Some(o)) = (me.range, old.as_ref()) {
             for b in &self.backups {
+                if children_done.contains(b) {
+                    continue;
+                }
                 let held = shifted && held_all(o, b, range);
                 if !old_backups.contains(b) || (old_range != Some(range) && !held) {
                     self.resync_out.insert((b.clone(), range), now_ms);
@@ -447,6 +482,7 @@ impl Ring {
             .map(|(c, _)| c.id.clone())
             .collect();
         self.resync_in.retain(|p| preds.contains(p));
+        self.deferred.retain(|p, _| preds.contains(p));
         // Hand-offs this cell leads: a division's parent streams its range to the child, a
         // shift's giver the moved part to its targets.
         let mut current = BTreeSet::new();
@@ -497,6 +533,32 @@ impl Ring {
         }
     }
 
+    /// Asks the consensus group to confirm the map, and every backup for a lease (division
+    /// children only show they are alive).
+    fn heartbeat(&mut self, now_ms: u64) {
+        self.last_heartbeat_ms = Some(now_ms);
+        let epoch = self.map.epoch();
+        self.outputs.push(Output::ConfirmMap {
+            epoch,
+            sent_at_ms: now_ms,
+        });
+        let children = self.handoffs.keys().filter(|c| !self.backups.contains(c));
+        for b in self
+            .backups
+            .iter()
+            .chain(children)
+            .cloned()
+            .collect::<Vec<_>>()
+        {
+            let message = RingMessage::Heartbeat {
+                from: self.me.clone(),
+                epoch,
+                sent_at_ms: now_ms,
+            };
+            self.outputs.push(Output::Send { to: b, message });
+        }
+    }
+
     /// Advances time: heartbeats, suspicion, retries, orchestration proposals.
     pub fn tick(&mut self, now_ms: u64) {
         if self.fenced {
@@ -507,32 +569,12 @@ impl Ring {
         }
         self.grants.retain(|_, gs| !gs.is_empty());
         self.acquired.retain(|(_, not_before)| now_ms < *not_before);
+        self.answer_deferred(now_ms);
         let due = self
             .last_heartbeat_ms
             .is_none_or(|t| now_ms >= t.saturating_add(self.config.heartbeat_interval_ms));
         if due {
-            self.last_heartbeat_ms = Some(now_ms);
-            let epoch = self.map.epoch();
-            self.outputs.push(Output::ConfirmMap {
-                epoch,
-                sent_at_ms: now_ms,
-            });
-            // Backups renew leases; division children only show they are alive.
-            let children = self.handoffs.keys().filter(|c| !self.backups.contains(c));
-            for b in self
-                .backups
-                .iter()
-                .chain(children)
-                .cloned()
-                .collect::<Vec<_>>()
-            {
-                let message = RingMessage::Heartbeat {
-                    from: self.me.clone(),
-                    epoch: self.map.epoch(),
-                    sent_at_ms: now_ms,
-                };
-                self.outputs.push(Output::Send { to: b, message });
-            }
+            self.heartbeat(now_ms);
         }
         // Between heartbeats, a master missing a backup's lease for its range asks that
         // backup again (the lease is what lets it serve a range it just took over).

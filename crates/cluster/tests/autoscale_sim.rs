@@ -137,6 +137,7 @@ impl Sim {
                         limit: LIMIT,
                         master_bytes: (share * self.data) as u64,
                         evictions: 0,
+                        requests: 0,
                     }),
                     share,
                 }

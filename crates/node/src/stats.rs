@@ -449,7 +449,8 @@ fn settings(cell: &Cell, out: &mut Vec<u8>) {
         format!("{:?}", c.server.io_engine).to_lowercase(),
     );
     stat(out, "store_layout", format!("{:?}", st.layout));
-    stat(out, "eviction_policy", format!("{:?}", st.eviction));
+    // The policy running now: a live switch (`ctl switch eviction`) changes it.
+    stat(out, "eviction_policy", cell.store.eviction().name());
     stat(out, "key_bytes_max", cell.limits.key_bytes_max);
     stat(out, "line_bytes_max", cell.limits.line_bytes_max);
     stat(out, "keys_per_get_max", cell.limits.keys_per_get_max);

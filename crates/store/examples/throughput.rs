@@ -1,5 +1,5 @@
 //! Throughput of the store alone: shared vs partitioned layout, 1 and N threads, uniform and
-//! Zipf key popularity, slab LRU vs least-live-of-LRU eviction (hit ratio under pressure).
+//! Zipf key popularity, and the eviction policies (hit ratio under pressure, throughput).
 //!
 //! `cargo run --release -p cellcache-store --example throughput [-- OPS_PER_THREAD [policies]]`
 //! (`policies` runs only the eviction-policy table).
@@ -204,8 +204,12 @@ fn main() {
         eviction: EvictionPolicyKind::SecondChanceFifo,
         ..StoreConfig::default()
     };
+    let s3fifo = StoreConfig {
+        eviction: EvictionPolicyKind::S3FIFO,
+        ..StoreConfig::default()
+    };
     for dist in [Dist::Uniform, Dist::Zipf, Dist::ZipfScan] {
-        for cfg in [&shared, &least_live, &second_chance] {
+        for cfg in [&shared, &least_live, &second_chance, &s3fifo] {
             let name = cfg.eviction.to_string();
             let r = run(cfg, 1, dist, ops, &zipf);
             println!(

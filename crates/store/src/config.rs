@@ -18,9 +18,12 @@ pub enum Layout {
     },
 }
 
-/// Which slab is cleared when space is needed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case", tag = "kind")]
+/// Which slab is cleared when space is needed, and what happens to its items.
+///
+/// In TOML either a name — `"lru"` (also `"slab_lru"`), `"s3fifo"`, `"second_chance_fifo"` —
+/// which takes the policy's defaults, or a table `{ kind = "...", ... }` with its parameters.
+/// Names are what `CELLCACHE_STORE__EVICTION=s3fifo` and `--eviction s3fifo` give.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum EvictionPolicyKind {
     /// Slab-level LRU: the least recently used slab.
     #[default]
@@ -34,16 +37,150 @@ pub enum EvictionPolicyKind {
     /// Slabs cleared in FIFO order, but a victim slab keeps (compacts) the items read since
     /// they were written and drops only the unread ones.
     SecondChanceFifo,
+    /// S3-FIFO (Yang et al., SOSP '23) at slab granularity: new items land in a small
+    /// probationary FIFO of slabs; clearing its oldest slab moves the items accessed since
+    /// they were written into the main FIFO's open slab and drops the rest, remembering
+    /// their key hashes in a ghost table (a key written again while remembered goes to
+    /// main); main slabs are cleared the same way, items with accesses left staying in main.
+    S3Fifo {
+        /// Share of the slabs in use the small queue may hold before it is cleared first,
+        /// per mille (1..=900). Default 100.
+        small_permille: u32,
+        /// Ghost table entries (4 bytes each, carved out of the arena as whole slabs) per
+        /// index slot, per mille; 0 disables the ghost. Default 900.
+        ghost_permille: u32,
+    },
+}
+
+impl EvictionPolicyKind {
+    /// S3-FIFO with its default parameters.
+    pub const S3FIFO: EvictionPolicyKind = EvictionPolicyKind::S3Fifo {
+        small_permille: 100,
+        ghost_permille: 900,
+    };
+
+    /// The policy's short name: what TOML, `--eviction` and `ctl switch` call it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            EvictionPolicyKind::SlabLru => "lru",
+            EvictionPolicyKind::LeastLiveOfLru { .. } => "least_live_of_lru",
+            EvictionPolicyKind::SecondChanceFifo => "second_chance_fifo",
+            EvictionPolicyKind::S3Fifo { .. } => "s3fifo",
+        }
+    }
+
+    /// The policy a name stands for, with its default parameters.
+    pub fn from_name(name: &str) -> Option<EvictionPolicyKind> {
+        Some(match name {
+            "lru" | "slab_lru" => EvictionPolicyKind::SlabLru,
+            "least_live_of_lru" => EvictionPolicyKind::LeastLiveOfLru { candidates: 8 },
+            "second_chance_fifo" => EvictionPolicyKind::SecondChanceFifo,
+            "s3fifo" => EvictionPolicyKind::S3FIFO,
+            _ => return None,
+        })
+    }
+}
+
+impl std::str::FromStr for EvictionPolicyKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        EvictionPolicyKind::from_name(s).ok_or_else(|| {
+            format!(
+                "unknown eviction policy {s:?} (lru, s3fifo, second_chance_fifo, least_live_of_lru)"
+            )
+        })
+    }
+}
+
+/// The table form of [`EvictionPolicyKind`] in TOML.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind", deny_unknown_fields)]
+enum PolicyTable {
+    #[serde(alias = "lru")]
+    SlabLru,
+    LeastLiveOfLru {
+        candidates: usize,
+    },
+    SecondChanceFifo,
+    S3fifo {
+        #[serde(default = "small_permille_default")]
+        small_permille: u32,
+        #[serde(default = "ghost_permille_default")]
+        ghost_permille: u32,
+    },
+}
+
+fn small_permille_default() -> u32 {
+    100
+}
+fn ghost_permille_default() -> u32 {
+    900
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum PolicyRepr {
+    Name(String),
+    Table(PolicyTable),
+}
+
+impl Serialize for EvictionPolicyKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match *self {
+            EvictionPolicyKind::SlabLru
+            | EvictionPolicyKind::SecondChanceFifo
+            | EvictionPolicyKind::S3Fifo {
+                small_permille: 100,
+                ghost_permille: 900,
+            } => s.serialize_str(self.name()),
+            EvictionPolicyKind::LeastLiveOfLru { candidates } => {
+                PolicyTable::LeastLiveOfLru { candidates }.serialize(s)
+            }
+            EvictionPolicyKind::S3Fifo {
+                small_permille,
+                ghost_permille,
+            } => PolicyTable::S3fifo {
+                small_permille,
+                ghost_permille,
+            }
+            .serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for EvictionPolicyKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(match PolicyRepr::deserialize(d)? {
+            PolicyRepr::Name(name) => name.parse().map_err(serde::de::Error::custom)?,
+            PolicyRepr::Table(PolicyTable::SlabLru) => EvictionPolicyKind::SlabLru,
+            PolicyRepr::Table(PolicyTable::LeastLiveOfLru { candidates }) => {
+                EvictionPolicyKind::LeastLiveOfLru { candidates }
+            }
+            PolicyRepr::Table(PolicyTable::SecondChanceFifo) => {
+                EvictionPolicyKind::SecondChanceFifo
+            }
+            PolicyRepr::Table(PolicyTable::S3fifo {
+                small_permille,
+                ghost_permille,
+            }) => EvictionPolicyKind::S3Fifo {
+                small_permille,
+                ghost_permille,
+            },
+        })
+    }
 }
 
 impl std::fmt::Display for EvictionPolicyKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            EvictionPolicyKind::SlabLru => write!(f, "slab_lru"),
             EvictionPolicyKind::LeastLiveOfLru { candidates } => {
                 write!(f, "least_live_of_lru({candidates})")
             }
-            EvictionPolicyKind::SecondChanceFifo => write!(f, "second_chance_fifo"),
+            EvictionPolicyKind::S3Fifo {
+                small_permille,
+                ghost_permille,
+            } => write!(f, "s3fifo(small {small_permille}, ghost {ghost_permille})"),
+            other => f.write_str(other.name()),
         }
     }
 }
@@ -73,7 +210,7 @@ pub struct StoreConfig {
     pub cas_enabled: bool,
     /// Layout of shards. Default shared.
     pub layout: Layout,
-    /// Eviction policy. Default slab LRU.
+    /// Eviction policy. Default slab LRU (`"lru"`).
     pub eviction: EvictionPolicyKind,
     /// Mean arena bytes per item (header + key + value) the index is sized for: the index gets
     /// enough slots for `arena / index_item_bytes_expected` items at `index_load_target`.
@@ -186,6 +323,9 @@ pub enum ConfigError {
     /// Eviction policy parameter invalid.
     #[error("eviction policy candidates must be >= 1")]
     EvictionCandidates,
+    /// S3-FIFO parameters out of range.
+    #[error("s3fifo needs small_permille in 1..=900 and ghost_permille in 0..=4000")]
+    S3Fifo,
     /// The system refused the memory for the arena and index at start.
     #[error(
         "the system refused {bytes} bytes for the store (memory_limit_bytes {limit}): not that much memory is available"
@@ -251,6 +391,15 @@ impl StoreConfig {
         }
         if let EvictionPolicyKind::LeastLiveOfLru { candidates: 0 } = self.eviction {
             return Err(ConfigError::EvictionCandidates);
+        }
+        if let EvictionPolicyKind::S3Fifo {
+            small_permille,
+            ghost_permille,
+        } = self.eviction
+        {
+            if !(1..=900).contains(&small_permille) || ghost_permille > 4000 {
+                return Err(ConfigError::S3Fifo);
+            }
         }
         let per_shard = self.memory_limit_bytes / shards;
         if per_shard > 1 << 40 {

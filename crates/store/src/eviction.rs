@@ -1,10 +1,32 @@
 //! Eviction policies: which in-use slab is cleared when the shard needs space.
 //!
 //! Policy is kept apart from mechanism: the shard tells the policy when a slab starts being used,
-//! is accessed and is released, and asks it for a victim. Both policies here keep an O(1) LRU
-//! order of slabs as an intrusive doubly-linked list over arrays.
+//! is accessed and is released, and asks it for a victim and for what clearing it does with
+//! the victim's items ([`Clearing`]). Every policy keeps its O(1) orders of slabs as intrusive
+//! doubly-linked lists over arrays; S3-FIFO's two queues are in `s3fifo.rs`.
 
 use crate::slab::{NIL, SlabId};
+
+mod s3fifo;
+pub use s3fifo::S3Fifo;
+
+/// What clearing a victim slab does with its live items (expired ones always leave).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Clearing {
+    /// Every item leaves; the slab becomes free.
+    All,
+    /// Items read since they were written stay, compacted to the slab's start with their
+    /// fetched bit cleared, and the slab re-enters through `on_open`; the rest leave.
+    KeepFetched,
+    /// Items with accesses counted (the index slot's counter, bumped by reads and rewrites)
+    /// move to the main queue's open slab; the rest leave. `ghost` (S3-FIFO's small queue):
+    /// the leaving items' key hashes go into the ghost table and the moved ones keep their
+    /// count; otherwise (its main queue) a kept item spends one count.
+    Promote {
+        /// Remember the hashes of the items that leave.
+        ghost: bool,
+    },
+}
 
 /// What a policy may look at when choosing a victim.
 pub trait SlabView {
@@ -28,22 +50,27 @@ pub trait EvictionPolicy: Send {
     /// a range streamed in this order and written in it elsewhere leaves the receiver with
     /// the same recency (the warm hand-off of a division).
     fn clearing_order(&self) -> Vec<SlabId>;
-    /// Whether clearing a victim keeps the items read since they were written (their fetched
-    /// bit is cleared, they are compacted to the slab's start and the slab is re-opened through
-    /// `on_open`);
-    /// only unread items leave. A kept item leaves the next time round unless read again.
-    fn retain_fetched(&self) -> bool {
-        false
+    /// What clearing `victim` does with its items. A kept item leaves the next time round
+    /// unless read again.
+    fn clearing(&self, _victim: SlabId) -> Clearing {
+        Clearing::All
+    }
+    /// The slab became the open slab of the main queue ([`Clearing::Promote`] moves items
+    /// into it); for a policy with one queue it is simply the newest.
+    fn on_main(&mut self, slab: SlabId) {
+        self.on_release(slab);
+        self.on_open(slab);
     }
 }
 
 /// O(1) recency order of slabs: head = most recent.
-struct LruList {
+pub(crate) struct LruList {
     prev: Vec<SlabId>,
     next: Vec<SlabId>,
     linked: Vec<bool>,
     head: SlabId,
     tail: SlabId,
+    len: usize,
 }
 
 impl LruList {
@@ -54,7 +81,12 @@ impl LruList {
             linked: vec![false; slabs],
             head: NIL,
             tail: NIL,
+            len: 0,
         }
+    }
+
+    fn contains(&self, id: SlabId) -> bool {
+        self.linked.get(id as usize).copied().unwrap_or(false)
     }
 
     fn unlink(&mut self, id: SlabId) {
@@ -74,6 +106,7 @@ impl LruList {
             self.tail = p;
         }
         self.linked[i] = false;
+        self.len -= 1;
     }
 
     fn push_front(&mut self, id: SlabId) {
@@ -88,6 +121,7 @@ impl LruList {
         }
         self.head = id;
         self.linked[i] = true;
+        self.len += 1;
     }
 
     /// Least recent first.
@@ -214,8 +248,8 @@ impl EvictionPolicy for SecondChanceFifo {
     fn victim(&mut self, _view: &dyn SlabView, exclude: Option<SlabId>) -> Option<SlabId> {
         self.list.iter_from_tail().find(|&s| Some(s) != exclude)
     }
-    fn retain_fetched(&self) -> bool {
-        true
+    fn clearing(&self, _victim: SlabId) -> Clearing {
+        Clearing::KeepFetched
     }
     fn clearing_order(&self) -> Vec<SlabId> {
         self.list.iter_from_tail().collect()
@@ -272,7 +306,7 @@ mod tests {
         }
         p.on_access(0);
         assert_eq!(p.victim(&v, None), Some(0), "reads do not reorder a FIFO");
-        assert!(p.retain_fetched());
+        assert_eq!(p.clearing(0), Clearing::KeepFetched);
         // A retained slab re-enters as newest.
         p.on_release(0);
         p.on_open(0);

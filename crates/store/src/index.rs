@@ -1,7 +1,8 @@
 //! The key index: a bucketized cuckoo hash table of 8-byte slots.
 //!
-//! Each slot packs an item's arena offset (+1, 40 bits; 0 marks an empty slot) and a 24-bit tag
-//! taken from the key's hash. A key lives in one of two 8-slot buckets (one 64-byte cache line
+//! Each slot packs an item's arena offset (+1, 40 bits; 0 marks an empty slot), a 22-bit tag
+//! taken from the key's hash and a 2-bit access counter the eviction policy may use (S3-FIFO's
+//! frequency: it costs no memory here and moves with the entry). A key lives in one of two 8-slot buckets (one 64-byte cache line
 //! each). The second bucket is derived from the first and the tag alone
 //! (`alt(b) = (f(tag) - b) mod n`, an involution for any bucket count), so entries can be moved
 //! between their two buckets without reading the key — partial-key cuckoo hashing. That keeps
@@ -11,7 +12,7 @@
 //! retries, which cannot fail.
 //!
 //! The full 64-bit hash is not stored: range enumeration recomputes it from the key in the arena.
-//! Tags match falsely with probability 2^-24 per slot compared; callers confirm with the key.
+//! Tags match falsely with probability 2^-22 per slot compared; callers confirm with the key.
 
 /// Slots per bucket: 8 × 8 bytes = one cache line.
 pub(crate) const SLOTS_PER_BUCKET: usize = 8;
@@ -20,7 +21,11 @@ pub(crate) const SLOT_BYTES: usize = 8;
 /// Bits of an arena offset in a slot.
 const LOC_BITS: u32 = 40;
 const LOC_MASK: u64 = (1 << LOC_BITS) - 1;
-const TAG_MASK: u64 = (1 << 24) - 1;
+const TAG_MASK: u64 = (1 << 22) - 1;
+/// The access counter: the slot's two highest bits.
+const FREQ_SHIFT: u32 = 62;
+/// Highest value of the access counter.
+pub(crate) const FREQ_MAX: u8 = 3;
 
 const MIX_BUCKET: u64 = 0x9E37_79B9_7F4A_7C15;
 const MIX_ALT: u64 = 0xC2B2_AE3D_27D4_EB4F;
@@ -103,7 +108,7 @@ impl Index {
             let base = b * SLOTS_PER_BUCKET;
             for s in base..base + SLOTS_PER_BUCKET {
                 let e = self.slots[s];
-                if e != 0 && (e >> LOC_BITS) == p.tag && visit(s, (e & LOC_MASK) - 1) {
+                if e != 0 && (e >> LOC_BITS) & TAG_MASK == p.tag && visit(s, (e & LOC_MASK) - 1) {
                     return Some(s);
                 }
             }
@@ -129,10 +134,22 @@ impl Index {
         self.find(p, |_, l| l == loc)
     }
 
+    /// Points an occupied slot at `loc`, keeping its tag and access counter.
     pub fn set_loc(&mut self, slot: usize, loc: u64) {
         debug_assert!(loc < LOC_MASK);
-        let tag = self.slots[slot] >> LOC_BITS;
-        self.slots[slot] = (tag << LOC_BITS) | (loc + 1);
+        self.slots[slot] = (self.slots[slot] & !LOC_MASK) | (loc + 1);
+    }
+
+    /// The access counter of an occupied slot (0 for a new entry).
+    pub fn freq(&self, slot: usize) -> u8 {
+        (self.slots[slot] >> FREQ_SHIFT) as u8
+    }
+
+    /// Sets the access counter of an occupied slot (at most [`FREQ_MAX`]).
+    pub fn set_freq(&mut self, slot: usize, freq: u8) {
+        debug_assert!(self.slots[slot] != 0 && freq <= FREQ_MAX);
+        let mask = u64::from(FREQ_MAX) << FREQ_SHIFT;
+        self.slots[slot] = (self.slots[slot] & !mask) | (u64::from(freq) << FREQ_SHIFT);
     }
 
     pub fn remove(&mut self, slot: usize) {
@@ -148,6 +165,14 @@ impl Index {
             None
         } else {
             Some((e & LOC_MASK) - 1)
+        }
+    }
+
+    /// Sets every access counter to 0.
+    pub fn clear_freqs(&mut self) {
+        let mask = !(u64::from(FREQ_MAX) << FREQ_SHIFT);
+        for e in &mut self.slots {
+            *e &= mask;
         }
     }
 
@@ -195,7 +220,7 @@ impl Index {
             let s = bucket * SLOTS_PER_BUCKET + (self.next_random() as usize % SLOTS_PER_BUCKET);
             std::mem::swap(&mut self.slots[s], &mut carried);
             path.push(s);
-            bucket = self.alt(bucket, carried >> LOC_BITS);
+            bucket = self.alt(bucket, (carried >> LOC_BITS) & TAG_MASK);
             if let Some(free) = self.free_slot(bucket) {
                 self.slots[free] = carried;
                 self.used += 1;
@@ -244,6 +269,26 @@ mod tests {
             for b in [0usize, 1, 500, 976] {
                 assert_eq!(idx.alt(idx.alt(b, t), t), b);
             }
+        }
+    }
+
+    #[test]
+    fn the_access_counter_stays_with_its_entry() {
+        let mut idx = Index::new(50, 500).unwrap();
+        let mut n = 0u64;
+        while idx.insert(idx.probe(hash(n)), n).is_ok() {
+            let s = idx.find_loc(idx.probe(hash(n)), n).unwrap();
+            assert_eq!(idx.freq(s), 0);
+            idx.set_freq(s, (n % 4) as u8);
+            n += 1;
+        }
+        // Every displacement and relocation kept each entry's counter and tag.
+        for i in 0..n {
+            let s = idx.find_loc(idx.probe(hash(i)), i).expect("found");
+            assert_eq!(idx.freq(s), (i % 4) as u8, "entry {i}");
+            idx.set_loc(s, i + 1_000_000);
+            assert_eq!(idx.freq(s), (i % 4) as u8);
+            assert_eq!(idx.find_loc(idx.probe(hash(i)), i + 1_000_000), Some(s));
         }
     }
 

@@ -13,6 +13,7 @@ mod config;
 mod eviction;
 mod expiry;
 mod feed;
+mod ghost;
 mod index;
 mod item;
 mod ops;
@@ -28,7 +29,9 @@ pub use config::{
     ITEM_OVERHEAD_BYTES, ITEM_SIZE_MAX_MIN_BYTES, KEY_LEN_MAX, Layout, SLAB_SIZE_MAX_BYTES,
     SLAB_SIZE_MIN_BYTES, StoreConfig, item_size_bytes,
 };
-pub use eviction::{EvictionPolicy, LeastLiveOfLru, SecondChanceFifo, SlabLru, SlabView};
+pub use eviction::{
+    Clearing, EvictionPolicy, LeastLiveOfLru, S3Fifo, SecondChanceFifo, SlabLru, SlabView,
+};
 pub use expiry::{Expiry, RELATIVE_EXPTIME_MAX_SECS};
 pub use feed::{Change, ChangeKind, ChangeSink};
 pub use ops::{
@@ -37,7 +40,7 @@ pub use ops::{
 };
 pub use slab::SlabId;
 pub use stats::Stats;
-pub use store::{FillOutcome, ScanCursor, Store};
+pub use store::{DropStep, FillOutcome, ScanCursor, Store};
 
 #[cfg(test)]
 mod tests {

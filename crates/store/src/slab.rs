@@ -17,6 +17,8 @@ pub(crate) enum ListId {
     Free = 0,
     Partial = 1,
     Full = 2,
+    /// Holds the S3-FIFO ghost table instead of items (`crate::ghost`).
+    Ghost = 3,
 }
 
 /// Metadata of one slab.
@@ -44,9 +46,9 @@ pub(crate) struct SlabMeta {
 /// The three lists plus metadata of every slab.
 pub(crate) struct Slabs {
     pub meta: Vec<SlabMeta>,
-    head: [SlabId; 3],
-    tail: [SlabId; 3],
-    count: [usize; 3],
+    head: [SlabId; 4],
+    tail: [SlabId; 4],
+    count: [usize; 4],
 }
 
 impl Slabs {
@@ -55,9 +57,9 @@ impl Slabs {
         let n = arena_len.div_ceil(slab_size) as usize;
         let mut s = Slabs {
             meta: Vec::with_capacity(n),
-            head: [NIL; 3],
-            tail: [NIL; 3],
-            count: [0; 3],
+            head: [NIL; 4],
+            tail: [NIL; 4],
+            count: [0; 4],
         };
         for i in 0..n {
             let start = i as u64 * slab_size;
@@ -144,7 +146,7 @@ impl Slabs {
         self.unlink(id);
         match list {
             ListId::Partial => self.push_head(list, id),
-            ListId::Free | ListId::Full => self.push_tail(list, id),
+            ListId::Free | ListId::Full | ListId::Ghost => self.push_tail(list, id),
         }
     }
 }

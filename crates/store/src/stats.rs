@@ -28,6 +28,13 @@ pub struct Stats {
     pub second_chance_items: u64,
     /// Dead bytes recovered by compaction.
     pub compacted_bytes: u64,
+    /// Items an S3-FIFO clearing kept (moved to the main queue, or kept there) because
+    /// accesses were counted for them.
+    pub promoted_items: u64,
+    /// Slabs holding S3-FIFO's ghost table instead of items.
+    pub slabs_ghost: u64,
+    /// Key hashes S3-FIFO's ghost table can hold.
+    pub ghost_entries: u64,
     /// Slabs on the free list.
     pub slabs_free: u64,
     /// Slabs on the partial list.
@@ -68,6 +75,7 @@ pub(crate) struct ShardCounters {
     pub compactions: u64,
     pub compacted_bytes: u64,
     pub second_chance_items: u64,
+    pub promoted_items: u64,
     pub get_hits: u64,
     pub get_misses: u64,
     pub get_expired: u64,

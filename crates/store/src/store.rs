@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::config::{ConfigError, StoreConfig};
+use crate::config::{ConfigError, EvictionPolicyKind, StoreConfig};
 use crate::expiry::Expiry;
 use crate::feed::{ChangeKind, ChangeSink};
 use crate::ops::*;
@@ -43,9 +43,14 @@ const MIX_SHARD: u64 = 0xFF51_AFD7_ED55_8CCD;
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ScanCursor {
     shard: usize,
-    /// The shard's slabs, coldest first (`Shard::scan_order`); `None` until entered.
+    /// The shard's slabs, coldest first (`Shard::scan_order`), or on a later pass the slabs
+    /// S3-FIFO moved items into; `None` until entered.
     order: Option<Arc<[SlabId]>>,
     at: usize,
+    /// The shard's `move_clock` when this pass over it began.
+    since: u64,
+    /// Passes over this shard so far (the first one is 0).
+    pass: u32,
 }
 
 impl ScanCursor {
@@ -54,8 +59,30 @@ impl ScanCursor {
         shard: 0,
         order: None,
         at: 0,
+        since: 0,
+        pass: 0,
     };
 }
+
+/// What one [`Store::drop_step`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DropStep {
+    /// `dropped` items removed; the walk goes on at `next` (`None`: it is complete).
+    Dropped {
+        dropped: usize,
+        next: Option<ScanCursor>,
+    },
+    /// Nothing removed: the caller's `still` said no.
+    Stale,
+    /// The cursor was past the end.
+    Done,
+}
+
+/// Passes over a shard after which the slabs moved into are visited in one call: bounds a
+/// walk under S3-FIFO promotions that never pause.
+const SCAN_PASSES_MAX: u32 = 4;
+/// Slabs moved into that a pass visits in one call instead of one per call.
+const SCAN_SLABS_AT_ONCE: usize = 4;
 
 /// An in-memory store of one cell. `Send + Sync`; share it with `Arc`.
 pub struct Store {
@@ -69,6 +96,9 @@ pub struct Store {
     flush_at: AtomicU32,
     sink: Option<Arc<dyn ChangeSink>>,
     config: StoreConfig,
+    /// The eviction policy every shard runs now. Held by a switch across the shards' locks,
+    /// which it takes one at a time after it; nothing holding a shard lock takes it.
+    eviction: Mutex<EvictionPolicyKind>,
 }
 
 impl std::fmt::Debug for Store {
@@ -106,8 +136,35 @@ impl Store {
             seq: AtomicU64::new(0),
             flush_at: AtomicU32::new(0),
             sink,
+            eviction: Mutex::new(config.eviction),
             config,
         })
+    }
+
+    /// The eviction policy the shards run (the configured one until a switch).
+    pub fn eviction(&self) -> EvictionPolicyKind {
+        *self.eviction.lock()
+    }
+
+    /// Switches every shard to the eviction policy `kind`, one shard at a time under its lock:
+    /// the policy's metadata is translated in place (`shard::switch`), so a request waits at
+    /// most for one shard's translation, none fails, no item is copied and only the items of
+    /// the slabs a ghost needs are evicted. Reads and writes on other shards go on meanwhile;
+    /// each shard runs exactly one policy at any moment. `Err` (nothing changed) if `kind`'s
+    /// parameters are invalid.
+    pub fn switch_eviction(&self, kind: EvictionPolicyKind, now: u32) -> Result<(), ConfigError> {
+        StoreConfig {
+            eviction: kind,
+            ..self.config.clone()
+        }
+        .validate()?;
+        let mut current = self.eviction.lock();
+        self.maybe_flush(now);
+        for shard in self.shards.iter() {
+            shard.lock().switch_policy(kind, now);
+        }
+        *current = kind;
+        Ok(())
     }
 
     /// The configuration the store was built with.
@@ -248,10 +305,11 @@ impl Store {
     /// the walk is complete). Each call holds one shard lock for one slab only, so streaming a
     /// large range (cell duplication, re-replication) never stalls requests for long.
     ///
-    /// Consistency with the change feed: items never move between slabs except by being
-    /// rewritten, and every rewrite is reported in the feed with the item's full state
-    /// (compaction and second-chance clearing move items only towards the start of the same
-    /// slab, which one call visits whole). So the items visited plus the feed entries recorded
+    /// Consistency with the change feed: items move between slabs only by being rewritten,
+    /// which the feed reports with the item's full state, or by an S3-FIFO clearing, after
+    /// which the walk visits the slabs moved into again (see below); compaction and
+    /// second-chance clearing move items only towards the start of the same slab, which one
+    /// call visits whole. So the items visited plus the feed entries recorded
     /// since the walk started give the range's current contents, provided the receiver applies
     /// both in the order the store produced them (both happen under the shard lock — route the
     /// callback and the sink into one queue). Items evicted meanwhile may be missing: it is a
@@ -260,7 +318,11 @@ impl Store {
     /// Order: shard by shard, each shard's slabs in the order its eviction policy would clear
     /// them (taken when the walk enters the shard; slabs not in use last). A receiver that
     /// writes the items as they come (a division's child: the same shard count puts each item
-    /// in the same shard) ends with the sender's recency: the warm hand-off.
+    /// in the same shard) ends with the sender's recency: the warm hand-off. Under S3-FIFO,
+    /// once the shard's slabs are visited, the slabs that clearing moved items into since the
+    /// pass began are visited again, pass after pass until one saw no move; a pass of at most
+    /// 4 slabs, or the fifth pass, visits all its slabs in one call, so the walk ends. An item
+    /// may then be visited twice, both times with its current state.
     pub fn scan_range(
         &self,
         range: HashRange,
@@ -269,28 +331,64 @@ impl Store {
         mut f: impl FnMut(ItemView<'_>),
     ) -> Option<ScanCursor> {
         self.maybe_flush(now);
+        self.walk_step(cursor, &mut |guard, slab| {
+            guard.scan_slab(slab, range, now, &mut f)
+        })?
+    }
+
+    /// One step of a slab walk (see [`Store::scan_range`]): `visit` called under the
+    /// cursor's shard lock for the slab or slabs due; `None` when the cursor is past the end.
+    fn walk_step(
+        &self,
+        cursor: ScanCursor,
+        visit: &mut dyn FnMut(&mut Shard, SlabId),
+    ) -> Option<Option<ScanCursor>> {
         let shard = self.shards.get(cursor.shard)?;
         let mut guard = shard.lock();
-        let order = cursor
-            .order
-            .unwrap_or_else(|| Arc::from(guard.scan_order()));
-        if let Some(&slab) = order.get(cursor.at) {
-            guard.scan_slab(slab, range, now, &mut f);
+        let (order, since) = match cursor.order {
+            Some(order) => (order, cursor.since),
+            None => (Arc::from(guard.scan_order()), guard.move_clock()),
+        };
+        let at_once = cursor.pass > 0
+            && (order.len() <= SCAN_SLABS_AT_ONCE || cursor.pass >= SCAN_PASSES_MAX);
+        let last = if at_once { order.len() } else { cursor.at + 1 };
+        for &slab in order.get(cursor.at..last).unwrap_or(&[]) {
+            visit(&mut guard, slab);
         }
-        let next = if cursor.at + 1 < order.len() {
+        let next = if last < order.len() {
             ScanCursor {
                 shard: cursor.shard,
                 order: Some(order),
-                at: cursor.at + 1,
+                at: last,
+                since,
+                pass: cursor.pass,
             }
         } else {
-            ScanCursor {
-                shard: cursor.shard + 1,
-                order: None,
-                at: 0,
+            // S3-FIFO moves items between slabs: one moved into a slab this pass had already
+            // visited would be missed, so the slabs moved into since the pass began are
+            // visited again, until a pass sees no move (a pass of few slabs, or any pass
+            // after `SCAN_PASSES_MAX`, visits all of them under this lock hold: no move then).
+            let again = if at_once {
+                Vec::new()
+            } else {
+                guard.moved_into_since(since)
+            };
+            if again.is_empty() {
+                ScanCursor {
+                    shard: cursor.shard + 1,
+                    ..ScanCursor::START
+                }
+            } else {
+                ScanCursor {
+                    shard: cursor.shard,
+                    order: Some(Arc::from(again)),
+                    at: 0,
+                    since: guard.move_clock(),
+                    pass: cursor.pass + 1,
+                }
             }
         };
-        (next.shard < self.shards.len()).then_some(next)
+        Some((next.shard < self.shards.len()).then_some(next))
     }
 
     /// Copies out every live item whose key hash is in `range`.
@@ -313,6 +411,35 @@ impl Store {
             .iter()
             .map(|s| s.lock().drop_range(range, &pick))
             .sum()
+    }
+
+    /// One step of a walk that drops the items whose key hash `drop` accepts, a slab at a
+    /// time, so that a cell dropping what it no longer holds never keeps a shard's lock for
+    /// longer than one slab (a whole-store walk under the lock stalled every request of a
+    /// cell for tens of milliseconds at a division's flip). `still` is asked under the
+    /// shard's lock before anything is removed: when it says no, nothing is, and the step
+    /// returns [`DropStep::Stale`] (the caller's idea of what to drop is out of date).
+    ///
+    /// Complete like [`Store::scan_range`] (the same walk: the slabs S3-FIFO moved items into
+    /// are visited again), so every item present for the whole walk is visited.
+    pub fn drop_step(
+        &self,
+        at: ScanCursor,
+        drop: &dyn Fn(u64) -> bool,
+        still: &dyn Fn() -> bool,
+    ) -> DropStep {
+        let (mut stale, mut dropped) = (false, 0);
+        let mut visit = |guard: &mut Shard, slab: SlabId| {
+            stale = stale || !still();
+            if !stale {
+                dropped += guard.drop_in_slab(slab, drop);
+            }
+        };
+        match self.walk_step(at, &mut visit) {
+            None => DropStep::Done,
+            Some(_) if stale => DropStep::Stale,
+            Some(next) => DropStep::Dropped { dropped, next },
+        }
     }
 
     /// Stores an item as-is (its CAS, flags, expiry, stale bit), e.g. received in a hand-off.

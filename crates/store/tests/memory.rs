@@ -59,6 +59,11 @@ fn heap_stays_within_limit_plus_documented_overhead() {
             EvictionPolicyKind::SlabLru,
         ),
         (Layout::Shared, EvictionPolicyKind::SecondChanceFifo),
+        (Layout::Shared, EvictionPolicyKind::S3FIFO),
+        (
+            Layout::Partitioned { shards: 2 },
+            EvictionPolicyKind::S3FIFO,
+        ),
     ];
     for (layout, eviction) in runs {
         let config = StoreConfig {

@@ -4,7 +4,8 @@
 //! hold exactly what the model holds, or — only if the model holds it and the store has evicted
 //! something — nothing, in which case the model forgets it too (an evicted key is simply
 //! absent). A key the model lacks must never appear. Then both apply the operation and must
-//! report the same outcome.
+//! report the same outcome. Live switches of the eviction policy are among the operations: they
+//! must change nothing a client can see.
 
 use std::collections::HashMap;
 
@@ -66,6 +67,10 @@ enum Op {
     Flush {
         delay: u32,
     },
+    /// Switch the store's eviction policy live (slab LRU or S3-FIFO); the model is unchanged.
+    Switch {
+        s3fifo: bool,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -108,6 +113,7 @@ fn ops(keys: u8, max_len: usize) -> impl Strategy<Value = Op> {
         4 => k.prop_map(|k| Op::Get { k }),
         1 => (0u32..8).prop_map(|secs| Op::Advance { secs }),
         1 => prop_oneof![Just(0u32), 1u32..10].prop_map(|delay| Op::Flush { delay }),
+        1 => any::<bool>().prop_map(|s3fifo| Op::Switch { s3fifo }),
     ]
 }
 
@@ -183,7 +189,7 @@ fn run(config: StoreConfig, ops: Vec<Op>, may_evict: bool) -> Result<(), TestCas
             | Op::Decr { k, .. }
             | Op::Touch { k, .. }
             | Op::Get { k } => *k,
-            Op::Advance { .. } | Op::Flush { .. } => 0,
+            Op::Advance { .. } | Op::Flush { .. } | Op::Switch { .. } => 0,
         };
         let kb = key(k);
         let quiet = ReadOptions {
@@ -390,6 +396,16 @@ fn run(config: StoreConfig, ops: Vec<Op>, may_evict: bool) -> Result<(), TestCas
                 prop_assert_eq!(got, present.map(|p| p.value));
             }
             Op::Advance { secs } => now += secs,
+            Op::Switch { s3fifo } => {
+                let kind = if s3fifo {
+                    EvictionPolicyKind::S3FIFO
+                } else {
+                    EvictionPolicyKind::SlabLru
+                };
+                store.switch_eviction(kind, now).unwrap();
+                prop_assert_eq!(store.eviction(), kind);
+                store.check_invariants();
+            }
             Op::Flush { delay } => {
                 store.flush_all(now, delay);
                 if delay == 0 {
@@ -450,6 +466,7 @@ proptest! {
             Just(EvictionPolicyKind::SlabLru),
             Just(EvictionPolicyKind::LeastLiveOfLru { candidates: 3 }),
             Just(EvictionPolicyKind::SecondChanceFifo),
+            Just(EvictionPolicyKind::S3FIFO),
         ],
     ) {
         run(tight(compaction, policy), ops, true)?;

@@ -181,6 +181,11 @@ fn readers_never_see_torn_values_while_slabs_are_reused() {
             EvictionPolicyKind::SlabLru,
         ),
         (Layout::Shared, EvictionPolicyKind::SecondChanceFifo),
+        (Layout::Shared, EvictionPolicyKind::S3FIFO),
+        (
+            Layout::Partitioned { shards: 2 },
+            EvictionPolicyKind::S3FIFO,
+        ),
     ];
     for (layout, eviction) in runs {
         let store = Store::new(StoreConfig {
@@ -231,5 +236,72 @@ fn readers_never_see_torn_values_while_slabs_are_reused() {
             "the test must actually reuse slabs: {st:?}"
         );
         store.check_invariants();
+    }
+}
+
+/// Live switches of the eviction policy, back and forth, while threads write versions of
+/// their own keys into a store too small for them (so clearings, promotions and the ghost's
+/// reservation all run): a read returns the latest version its thread wrote or nothing
+/// (evicted), never an older one, and the store's invariants hold after every switch.
+#[test]
+fn switching_eviction_live_never_serves_a_stale_value() {
+    const SWITCHES: usize = 100;
+    for layout in [Layout::Shared, Layout::Partitioned { shards: 2 }] {
+        let store = Store::new(config(layout, 512 << 10)).unwrap();
+        let done = AtomicBool::new(false);
+        let writes = std::sync::atomic::AtomicU64::new(0);
+        std::thread::scope(|scope| {
+            for t in 0..2u64 {
+                let (store, done, writes) = (&store, &done, &writes);
+                scope.spawn(move || {
+                    let mut rng = StdRng::seed_from_u64(t);
+                    let mut latest: HashMap<usize, u64> = HashMap::new();
+                    let mut version = 0u64;
+                    // Bounded: at most this many rounds even if the switches were slow.
+                    for _ in 0..200_000 {
+                        if done.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        let k = rng.gen_range(0..2_000usize);
+                        let key = format!("t{t}-k{k}").into_bytes();
+                        version += 1;
+                        let value = format!("{version:0200}").into_bytes();
+                        store.write(&WriteRequest::set(&key, &value), NOW).unwrap();
+                        latest.insert(k, version);
+                        writes.fetch_add(1, Ordering::Relaxed);
+                        let k = rng.gen_range(0..2_000usize);
+                        let key = format!("t{t}-k{k}").into_bytes();
+                        let got = store.get(&key, NOW, |v| v.value.to_vec());
+                        if let Some(v) = got {
+                            let v: u64 = std::str::from_utf8(&v).unwrap().parse().unwrap();
+                            assert_eq!(Some(&v), latest.get(&k), "stale or foreign value");
+                        }
+                    }
+                });
+            }
+            for i in 0..SWITCHES {
+                let kind = if i % 2 == 0 {
+                    EvictionPolicyKind::S3FIFO
+                } else {
+                    EvictionPolicyKind::SlabLru
+                };
+                store.switch_eviction(kind, NOW).unwrap();
+                store.check_invariants();
+                // Let the writers make some progress between switches (bounded wait).
+                let seen = writes.load(Ordering::Relaxed);
+                for _ in 0..1_000_000 {
+                    if writes.load(Ordering::Relaxed) >= seen + 300 {
+                        break;
+                    }
+                    std::thread::yield_now();
+                }
+            }
+            done.store(true, Ordering::Relaxed);
+        });
+        assert_eq!(store.eviction(), EvictionPolicyKind::SlabLru);
+        assert!(
+            store.stats().evicted_items > 0,
+            "the store was under pressure"
+        );
     }
 }

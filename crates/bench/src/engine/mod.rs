@@ -206,6 +206,17 @@ impl EngineConfig {
         if self.set_on_miss && workload.multiget != 1 {
             return bad("--set-on-miss needs --multiget 1");
         }
+        if workload.growth.is_some() {
+            if self.set_on_miss {
+                return bad("--grow and --set-on-miss do not mix (a fill would undo a delete)");
+            }
+            if workload.multiget != 1 {
+                return bad("--grow needs --multiget 1 (each get's key holds its delete back)");
+            }
+            if workload.popularity != crate::workload::Popularity::Uniform {
+                return bad("--grow reads live keys uniformly: use --popularity uniform");
+            }
+        }
         Ok(())
     }
 }
@@ -238,7 +249,8 @@ pub fn run(
             pool.clone(),
             config.seed.wrapping_add(t as u64),
         )
-        .map_err(|e| EngineError::Config(e.to_string()))?;
+        .map_err(|e| EngineError::Config(e.to_string()))?
+        .for_thread(t, threads, config.warmup.as_nanos() as u64);
         let worker = Worker::new(config.clone(), t, gen_, requests, progress.clone());
         let barrier = barrier.clone();
         let epoch_cell = epoch_cell.clone();

@@ -8,9 +8,10 @@
 //! per read.
 
 use super::*;
+use crate::workload::Planned;
 use cellcache_proto::{
-    Decoded, Expect, Reply, Response, StoreHead, StoreMode, decode_reply, write_retrieve_with,
-    write_store_with,
+    Decoded, Expect, Reply, Request, Response, StoreHead, StoreMode, decode_reply,
+    write_retrieve_with, write_store_with,
 };
 
 /// One request waiting for its reply.
@@ -79,6 +80,8 @@ pub(super) struct Worker {
     conns: Vec<Conn>,
     backlog: VecDeque<u64>,
     fills: VecDeque<u64>,
+    /// A delete's key, written here before the codec encodes the request.
+    key_buf: Vec<u8>,
     cursor: usize,
     measure_start_ns: u64,
     issue_end_ns: u64,
@@ -117,6 +120,7 @@ impl Worker {
             conns: Vec::new(),
             backlog: VecDeque::new(),
             fills: VecDeque::new(),
+            key_buf: Vec::new(),
             cursor: 0,
             measure_start_ns,
             issue_end_ns,
@@ -182,7 +186,8 @@ impl Worker {
             let tls = match &self.config.tls {
                 None => None,
                 Some(target) => Some(Box::new(
-                    handshake(target, addr, &std_stream, self.config.connect_timeout)
+                    target
+                        .handshake(addr, &std_stream, self.config.connect_timeout)
                         .map_err(|source| EngineError::Handshake { addr, source })?,
                 )),
             };
@@ -407,8 +412,10 @@ impl Worker {
         let fill = self.fills.pop_front();
         let conn = &mut self.conns[i];
         let gen_ = &mut self.gen_;
-        let (op, keys, key) = match fill.map_or_else(|| gen_.next_op(), |_| OpKind::Set) {
-            OpKind::Get => {
+        // A read-through fill sets the key that missed; otherwise the stream plans.
+        let planned = fill.map_or_else(|| gen_.next_at(intended), Planned::Set);
+        let (op, keys, key) = match planned {
+            Planned::Get => {
                 let n = gen_.workload().multiget;
                 let mut first = 0;
                 write_retrieve_with(&mut conn.out, false, None, n, |k, out| {
@@ -420,9 +427,7 @@ impl Worker {
                 });
                 (OpKind::Get, n as u32, first)
             }
-            OpKind::Set => {
-                // A read-through fill sets the key that missed; otherwise draw one.
-                let key = fill.unwrap_or_else(|| gen_.next_key());
+            Planned::Set(key) => {
                 let len = gen_.next_value_len();
                 let (workload, value) = (gen_.workload(), gen_.pool().value(len));
                 let set = StoreHead {
@@ -438,6 +443,17 @@ impl Worker {
                     value,
                 );
                 (OpKind::Set, 1, key)
+            }
+            Planned::Delete(key) => {
+                self.key_buf.clear();
+                gen_.workload().keys.write_key(key, &mut self.key_buf);
+                let key_bytes = &self.key_buf[..];
+                Request::Delete {
+                    key: key_bytes,
+                    noreply: false,
+                }
+                .encode(&mut conn.out);
+                (OpKind::Delete, 1, key)
             }
         };
         conn.in_flight.push_back(InFlight {
@@ -619,7 +635,7 @@ impl Worker {
             };
             let expect = match front.op {
                 OpKind::Get => Expect::Values,
-                OpKind::Set => Expect::Line,
+                OpKind::Set | OpKind::Delete => Expect::Line,
             };
             let decoded = decode_reply(&conn.buf[conn.start..conn.filled], expect, &limits);
             let outcome = match decoded {
@@ -653,6 +669,7 @@ impl Worker {
     }
 
     fn record(&mut self, req: InFlight, outcome: Outcome, now: u64) {
+        self.gen_.settled(req.op, req.key);
         if let Outcome::Hits(0) = outcome
             && self.config.set_on_miss
             && req.op == OpKind::Get
@@ -700,6 +717,7 @@ impl Worker {
         let lost: Vec<InFlight> = conn.in_flight.drain(..).collect();
         let since_start = self.since_start();
         for req in lost {
+            self.gen_.settled(req.op, req.key);
             if req.measured {
                 self.completed += 1;
                 self.stats.error_at(req.op, kind, since_start);
@@ -730,24 +748,6 @@ impl Worker {
     }
 }
 
-/// A TLS session with `addr` over the connected (still blocking) `stream`, its handshake
-/// finished within `timeout` per read or write.
-fn handshake(
-    target: &crate::tls::TlsTarget,
-    addr: SocketAddr,
-    stream: &std::net::TcpStream,
-    timeout: Duration,
-) -> io::Result<rustls::ClientConnection> {
-    let mut session = target.session(addr).map_err(io::Error::other)?;
-    stream.set_read_timeout(Some(timeout))?;
-    stream.set_write_timeout(Some(timeout))?;
-    let mut stream = stream;
-    while session.is_handshaking() {
-        session.complete_io(&mut stream)?;
-    }
-    Ok(session)
-}
-
 /// What a reply means for the statistics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Outcome {
@@ -761,7 +761,7 @@ enum Outcome {
 fn classify(reply: &Reply<'_>) -> Option<Outcome> {
     Some(match reply {
         Reply::Values(v) => Outcome::Hits(v.count()),
-        Reply::Line(Response::Stored) => Outcome::Stored,
+        Reply::Line(Response::Stored | Response::Deleted) => Outcome::Stored,
         Reply::Line(Response::NotStored | Response::Exists | Response::NotFound) => {
             Outcome::NotStored
         }

@@ -1,10 +1,12 @@
 //! What the load generator asks for: which operation, which keys, how large a value.
 //!
 //! A [`Workload`] is the immutable description (key space, popularity, get ratio, multi-get
-//! batch, value sizes, TTL); a [`RequestGen`] is one thread's seeded stream of requests drawn
+//! batch, value sizes, TTL, and optionally a data set that grows and shrinks,
+//! [`growth::Growth`]); a [`RequestGen`] is one thread's seeded stream of requests drawn
 //! from it. The pieces ([`zipf::Zipf`], [`keys::KeySpace`], [`values::ValueSize`]) are public so
 //! other benchmarks (the store's) can draw the same workloads without the network.
 
+pub mod growth;
 pub mod keys;
 pub mod values;
 pub mod zipf;
@@ -36,17 +38,20 @@ pub enum OpKind {
     Get,
     /// `set`.
     Set,
+    /// `delete` (only a growing data set's shrink sends it, [`growth`]).
+    Delete,
 }
 
 impl OpKind {
     /// Every kind, in report order.
-    pub const ALL: [OpKind; 2] = [OpKind::Get, OpKind::Set];
+    pub const ALL: [OpKind; 3] = [OpKind::Get, OpKind::Set, OpKind::Delete];
 
     /// Lower-case name used in tables and JSON.
     pub fn name(self) -> &'static str {
         match self {
             OpKind::Get => "get",
             OpKind::Set => "set",
+            OpKind::Delete => "delete",
         }
     }
 }
@@ -63,6 +68,18 @@ pub struct Workload {
     pub value_size: ValueSize,
     /// TTL of every set; 0 = never expires.
     pub ttl_secs: i64,
+    /// A data set that grows, holds and shrinks instead of a fixed one (`--grow`): writes
+    /// follow the plan, gets read live keys uniformly (the popularity is not used).
+    pub growth: Option<growth::Growth>,
+}
+
+/// One request as the stream plans it: the keys of a get are drawn while it is written
+/// ([`RequestGen::next_key`]), a write's key comes with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Planned {
+    Get,
+    Set(u64),
+    Delete(u64),
 }
 
 /// One thread's request stream. Cheap to create; holds a shared value pool.
@@ -72,6 +89,7 @@ pub struct RequestGen {
     zipf: Option<Zipf>,
     rng: SmallRng,
     pool: Arc<ValuePool>,
+    growth: Option<growth::GrowthState>,
 }
 
 impl RequestGen {
@@ -90,7 +108,46 @@ impl RequestGen {
             zipf,
             rng: SmallRng::seed_from_u64(seed),
             pool,
+            growth: None,
         })
+    }
+
+    /// This stream as thread `thread` of `threads` (a growing data set gives each thread its
+    /// share of the keys); `measure_start_ns` is when measurement begins on the run's clock.
+    pub fn for_thread(mut self, thread: usize, threads: usize, measure_start_ns: u64) -> Self {
+        self.growth = self.workload.growth.map(|plan| {
+            growth::GrowthState::new(
+                plan,
+                self.workload.keys.count(),
+                thread,
+                threads,
+                measure_start_ns,
+            )
+        });
+        self
+    }
+
+    /// The next request, due at `now_ns` on the run's clock (a growing data set's writes
+    /// depend on it).
+    pub fn next_at(&mut self, now_ns: u64) -> Planned {
+        if self.next_op() == OpKind::Get {
+            return Planned::Get;
+        }
+        match &mut self.growth {
+            Some(g) => match g.write(now_ns, &mut self.rng) {
+                growth::Write::Set(key) => Planned::Set(key),
+                growth::Write::Delete(key) => Planned::Delete(key),
+            },
+            None => Planned::Set(self.next_key()),
+        }
+    }
+
+    /// Request `op` of `key` was answered or failed (a growing data set reads only keys
+    /// whose set was answered, and none whose delete was sent).
+    pub fn settled(&mut self, op: OpKind, key: u64) {
+        if let Some(g) = &mut self.growth {
+            g.settled(op, key);
+        }
     }
 
     /// The workload this stream draws from.
@@ -107,8 +164,12 @@ impl RequestGen {
         }
     }
 
-    /// The next key index, following the popularity distribution.
+    /// The next key index to read, following the popularity distribution (a growing data
+    /// set's: a live key, uniformly).
     pub fn next_key(&mut self) -> u64 {
+        if let Some(g) = &mut self.growth {
+            return g.read(&mut self.rng);
+        }
         match &self.zipf {
             Some(z) => z.sample(&mut self.rng),
             None => self.rng.gen_range(0..self.workload.keys.count()),
@@ -139,6 +200,7 @@ mod tests {
             multiget: 1,
             value_size: ValueSize::Fixed(10),
             ttl_secs: 0,
+            growth: None,
         });
         let pool = Arc::new(ValuePool::new(10, &mut SmallRng::seed_from_u64(0)));
         let mut a = RequestGen::new(workload.clone(), pool.clone(), 9).unwrap();

@@ -125,6 +125,17 @@ fn shifts_down_and_up_under_load_lose_nothing() {
     }
 }
 
+/// Three cells of 32 MB deciding every second, for the autoscaler's balancing tests.
+const AUTOSCALING: [&str; 7] = [
+    "-m",
+    "32",
+    "--autoscale",
+    "--scale-window",
+    "1s",
+    "--cooldown",
+    "1s",
+];
+
 /// The autoscaler balances by itself: three cells formed by divisions master a half and two
 /// quarters of the ring; with data in it, the leader sees neighbours skewed past
 /// `balance_skew` for the window and moves a boundary — logged as a `balance` decision and
@@ -140,16 +151,7 @@ fn the_autoscaler_evens_out_skewed_neighbours() {
         ("CELLCACHE_AUTOSCALE__BALANCE_SKEW", "0.5"),
         ("CELLCACHE_AUTOSCALE__BALANCE_MIN_FILL", "0.02"),
     ];
-    let args = [
-        "-m",
-        "32",
-        "--autoscale",
-        "--scale-window",
-        "1s",
-        "--cooldown",
-        "1s",
-    ];
-    let ring = Ring::start_with_env(3, &args, &env);
+    let ring = Ring::start_with_env(3, &AUTOSCALING, &env);
     let shares = |ring: &Ring| -> Vec<f64> {
         ring_order(ring)
             .iter()
@@ -191,6 +193,82 @@ fn the_autoscaler_evens_out_skewed_neighbours() {
                 s.connect().get_value(&key).as_deref(),
                 Some(big.as_str()),
                 "{key}"
+            );
+        }
+    }
+}
+
+/// Balancing by load: three cells with next to nothing stored (even in memory); a client
+/// hammers keys of one cell's range. The leader sees that cell execute more than `1 +
+/// balance_load_skew` times a neighbour's key requests for the window and moves part of its
+/// range over: a `balance` decision giving key requests as its reason, a finished shift,
+/// the busy cell's range smaller, every key still readable from every cell.
+#[test]
+fn the_autoscaler_spreads_a_busy_cells_load() {
+    if common::is_memcached() {
+        return;
+    }
+    let env = [
+        ("CELLCACHE_AUTOSCALE__SAMPLE_INTERVAL_MS", "200"),
+        ("CELLCACHE_AUTOSCALE__BALANCE_MIN_LOAD", "100"),
+    ];
+    let ring = Ring::start_with_env(3, &AUTOSCALING, &env);
+    let order = ring_order(&ring);
+    let (hot_id, hot, range) = order[1].clone();
+    let keys: Vec<String> = (0..20_000)
+        .map(|i| format!("h{i}"))
+        .filter(|k| range.contains(cellcache_cluster::key_hash(k.as_bytes())))
+        .take(200)
+        .collect();
+    assert_eq!(keys.len(), 200);
+    let mut c = ring.cells[hot].connect();
+    for k in &keys {
+        c.roundtrip(
+            format!("set {k} 0 0 2\r\nv{}\r\n", k.len() % 10).as_bytes(),
+            b"STORED\r\n",
+        );
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hammer = {
+        let (stop, keys) = (stop.clone(), keys.clone());
+        std::thread::spawn(move || {
+            let mut gets = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let k = &keys[gets as usize % keys.len()];
+                assert!(c.get_value(k).is_some(), "{k}");
+                gets += 1;
+            }
+            gets
+        })
+    };
+    let marker = format!("client={} ", ring.cells[hot].addr);
+    common::wait_until(
+        "the busy cell gives part of its range away",
+        Duration::from_secs(120),
+        Duration::from_millis(200),
+        || {
+            ring.range_of(&marker)
+                .is_some_and(|r| r.len() < range.len())
+        },
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let gets = hammer.join().expect("the client");
+    let decisions = ring.cells[0].admin_lines("/cluster/autoscale");
+    eprintln!("{gets} gets; {decisions:#?}");
+    assert!(
+        decisions
+            .iter()
+            .any(|d| d.contains("balance") && d.contains(&hot_id) && d.contains("key requests")),
+        "{decisions:#?}"
+    );
+    let (_, events) = ring.cells[0].admin_call("GET", "/events");
+    assert!(events.contains("shift_finished"), "{events}");
+    for k in &keys {
+        for s in &ring.cells {
+            assert_eq!(
+                s.connect().get_value(k).as_deref(),
+                Some(format!("v{}", k.len() % 10).as_str()),
+                "{k}"
             );
         }
     }

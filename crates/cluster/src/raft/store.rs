@@ -147,6 +147,9 @@ struct MachineData {
 #[derive(Debug, Clone)]
 pub(super) struct MapMachine {
     data: Arc<Mutex<MachineData>>,
+    /// Woken whenever the map changes (an entry applied, a snapshot installed), so the
+    /// cell installs it at once instead of at its next poll.
+    changed: Arc<tokio::sync::Notify>,
 }
 
 impl MapMachine {
@@ -160,7 +163,13 @@ impl MapMachine {
                 snapshot: None,
                 snapshots_built: 0,
             })),
+            changed: Arc::default(),
         }
+    }
+
+    /// What [`MapMachine::changed`] wakes.
+    pub(super) fn changed(&self) -> Arc<tokio::sync::Notify> {
+        self.changed.clone()
     }
 
     /// The latest applied map.
@@ -239,6 +248,13 @@ impl RaftStateMachine<MapRaft> for MapMachine {
             };
             outcomes.push(outcome);
         }
+        drop(data);
+        if outcomes
+            .iter()
+            .any(|o| matches!(o, CommitOutcome::Applied(_)))
+        {
+            self.changed.notify_one();
+        }
         Ok(outcomes)
     }
 
@@ -266,6 +282,8 @@ impl RaftStateMachine<MapRaft> for MapMachine {
         data.last_applied = meta.last_log_id;
         data.membership = meta.last_membership.clone();
         data.snapshot = Some((meta.clone(), bytes));
+        drop(data);
+        self.changed.notify_one();
         Ok(())
     }
 

@@ -131,8 +131,10 @@ pub enum Output {
     Send { to: CellId, message: RingMessage },
     /// Submit a map change to the consensus group.
     Propose(Proposal),
-    /// What this cell must now hold: anything else may be dropped from the store.
+    /// What this cell must now hold under the map of `epoch`: anything else may be dropped
+    /// from the store.
     Holdings {
+        epoch: u64,
         master: Option<HashRange>,
         backups: Vec<HashRange>,
     },
@@ -147,4 +149,24 @@ pub enum Output {
     ConfirmMap { epoch: u64, sent_at_ms: u64 },
     /// This cell has been removed from the ring: stop serving for good.
     Fenced,
+}
+
+/// What a master waits for before it serves its range ([`super::Ring::serve_wait`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ServeWait {
+    /// The installed map was not confirmed by the consensus group recently enough.
+    pub unconfirmed: bool,
+    /// A departed cell's lease over part of the range may not have expired yet.
+    pub departed: bool,
+    /// This cell granted part of the range to another cell, unexpired.
+    pub granted_away: bool,
+    /// Backups whose lease covering the range this cell lacks.
+    pub leases: Vec<CellId>,
+}
+
+impl ServeWait {
+    /// Nothing to wait for.
+    pub fn serving(&self) -> bool {
+        !self.unconfirmed && !self.departed && !self.granted_away && self.leases.is_empty()
+    }
 }

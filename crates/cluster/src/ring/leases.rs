@@ -32,6 +32,10 @@ impl Ring {
             } => {
                 self.note_epoch(&from, epoch);
                 let grant = self.grant_for(&from, sent_at_ms, now_ms);
+                if grant.is_none() && self.may_grant_once_confirmed(&from, now_ms) {
+                    let at = self.deferred.entry(from.clone()).or_insert(sent_at_ms);
+                    *at = (*at).max(sent_at_ms);
+                }
                 let message = RingMessage::HeartbeatAck {
                     from: self.me.clone(),
                     epoch: self.map.epoch(),
@@ -109,8 +113,13 @@ impl Ring {
                 self.note_epoch(&from, epoch);
                 let Some(before_ms) = before_ms else {
                     self.grants.remove(&from);
+                    self.deferred.remove(&from);
                     return;
                 };
+                // A deferred heartbeat the master no longer accepts answers to.
+                if self.deferred.get(&from).is_some_and(|at| *at < before_ms) {
+                    self.deferred.remove(&from);
+                }
                 if let Some(gs) = self.grants.get_mut(&from) {
                     gs.retain_mut(|g| {
                         if g.sent_at_ms >= before_ms {
@@ -125,6 +134,42 @@ impl Ring {
                         }
                     });
                 }
+            }
+        }
+    }
+
+    /// Whether a heartbeat of `to` got no grant only because this cell's map is not
+    /// confirmed (yet, or any more): it is an active backup of `to`.
+    fn may_grant_once_confirmed(&self, to: &CellId, now_ms: u64) -> bool {
+        now_ms >= self.map_valid_until_ms
+            && self
+                .map
+                .cell(&self.me)
+                .is_some_and(|c| c.state == CellState::Active)
+            && self
+                .map
+                .backup_ranges(&self.me)
+                .iter()
+                .any(|(c, _)| c.id == *to)
+    }
+
+    /// Answers the heartbeats deferred while this cell's map was unconfirmed, now that it
+    /// is confirmed: a grant decided now ([`Ring::grant_for`], as for a heartbeat arriving
+    /// now), so a new master waits for one confirmation round trip, not for its next retry
+    /// on top. Call after [`Ring::map_confirmed`]; `tick` calls it too.
+    pub fn answer_deferred(&mut self, now_ms: u64) {
+        if self.deferred.is_empty() || now_ms >= self.map_valid_until_ms {
+            return;
+        }
+        for (to, sent_at_ms) in std::mem::take(&mut self.deferred) {
+            if let Some(grant) = self.grant_for(&to, sent_at_ms, now_ms) {
+                let message = RingMessage::HeartbeatAck {
+                    from: self.me.clone(),
+                    epoch: self.map.epoch(),
+                    echo_sent_at_ms: sent_at_ms,
+                    grant: Some(grant),
+                };
+                self.outputs.push(Output::Send { to, message });
             }
         }
     }
@@ -199,6 +244,44 @@ impl Ring {
             && now_ms < self.map_valid_until_ms
             && mine.is_some_and(|m| m.covers(&range))
             && self.leases_allow(range, now_ms)
+    }
+
+    /// What keeps this cell from serving its whole master range now (`None`: it masters
+    /// nothing); every field false means it serves it. For operators and the driver's log:
+    /// how long a new master waited after a map change, and for what.
+    pub fn serve_wait(&self, now_ms: u64) -> Option<ServeWait> {
+        let range = self
+            .map
+            .cell(&self.me)
+            .filter(|c| c.state == CellState::Active)?
+            .range?;
+        let departed = self
+            .acquired
+            .iter()
+            .any(|(r, not_before)| now_ms < *not_before && r.overlaps(&range));
+        let granted_away = self.grants.iter().any(|(to, gs)| {
+            *to != self.me
+                && gs
+                    .iter()
+                    .any(|g| now_ms < g.expires_ms && g.range.overlaps(&range))
+        });
+        let leases = self
+            .backups
+            .iter()
+            .filter(|b| {
+                !self
+                    .leases
+                    .get(*b)
+                    .is_some_and(|l| now_ms < l.expires_ms && l.range.covers(&range))
+            })
+            .cloned()
+            .collect();
+        Some(ServeWait {
+            unconfirmed: now_ms >= self.map_valid_until_ms,
+            departed,
+            granted_away,
+            leases,
+        })
     }
 
     /// The lease side of serving `range`: no wait for a departed cell's lease over any of

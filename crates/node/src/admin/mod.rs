@@ -36,6 +36,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 use crate::cell::Cell;
 use crate::cluster::{self, Slot};
 use crate::config::{ADMIN_PORT_OFFSET, AdminConfig};
+use cellcache_store::EvictionPolicyKind;
 
 /// Why the admin plane did not start.
 #[derive(Debug, thiserror::Error)]
@@ -225,6 +226,8 @@ fn router(plane: Arc<Plane>) -> Router {
         .route("/cluster/autoscale/{switch}", post(autoscale_switch))
         .route("/tier", get(tier::status))
         .route("/tier/policy/{policy}", post(tier::policy))
+        .route("/switch", get(switch_list))
+        .route("/switch/{block}/{implementation}", post(switch_block))
         .layer(middleware::from_fn_with_state(plane.clone(), authorize))
         .merge(public)
         .with_state(plane)
@@ -379,6 +382,53 @@ async fn autoscale_switch(State(plane): State<Arc<Plane>>, Path(switch): Path<St
     match plane.ring.cluster.get() {
         Some(cl) => text(cluster::autoscale::switch_ring(cl, on).await),
         None => not_a_member(),
+    }
+}
+
+/// The implementations a block can be switched to live, by name.
+const EVICTION_AVAILABLE: [&str; 2] = ["lru", "s3fifo"];
+
+/// Every live-switchable block of this cell: `{"eviction": {"current": "lru", "available":
+/// ["lru", "s3fifo"]}}` (`ctl switch --list --json`).
+async fn switch_list(State(plane): State<Arc<Plane>>) -> Response {
+    axum::Json(serde_json::json!({
+        "eviction": {
+            "current": plane.cell.store.eviction().name(),
+            "available": EVICTION_AVAILABLE,
+        }
+    }))
+    .into_response()
+}
+
+/// Switches `block` of this cell to `implementation` while it serves (`ctl switch`).
+async fn switch_block(
+    State(plane): State<Arc<Plane>>,
+    Path((block, implementation)): Path<(String, String)>,
+) -> Response {
+    if block != "eviction" {
+        return text(format!("CLIENT_ERROR no block {block:?} (eviction)\r\n").into_bytes());
+    }
+    let kind = match EvictionPolicyKind::from_name(&implementation) {
+        Some(kind) if EVICTION_AVAILABLE.contains(&kind.name()) => kind,
+        _ => {
+            return text(
+                format!("CLIENT_ERROR no eviction policy {implementation:?} (lru, s3fifo)\r\n")
+                    .into_bytes(),
+            );
+        }
+    };
+    let from = plane.cell.store.eviction().name();
+    // Each shard is translated under its own lock: off this runtime's only thread.
+    let cell = plane.cell.clone();
+    let switched =
+        tokio::task::spawn_blocking(move || cell.store.switch_eviction(kind, cell.now())).await;
+    match switched {
+        Ok(Ok(())) => {
+            tracing::info!(block, from, to = kind.name(), "switched live");
+            text(format!("OK eviction {from} -> {}\r\n", kind.name()).into_bytes())
+        }
+        Ok(Err(e)) => text(format!("CLIENT_ERROR {e}\r\n").into_bytes()),
+        Err(e) => text(format!("SERVER_ERROR switch failed: {e}\r\n").into_bytes()),
     }
 }
 

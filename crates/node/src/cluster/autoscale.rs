@@ -427,6 +427,20 @@ async fn absorb(cl: &Arc<Cluster>, scale: &Arc<Autoscale>, d: Decision, map: &Cl
     });
 }
 
+/// The `stats` counters whose sum is a cell's load: the key requests it executed (as
+/// master: a request is counted by the cell that runs it, not by one that forwards it).
+const LOAD_COUNTERS: [&str; 9] = [
+    "cmd_get",
+    "cmd_set",
+    "cmd_touch",
+    "delete_hits",
+    "delete_misses",
+    "incr_hits",
+    "incr_misses",
+    "decr_hits",
+    "decr_misses",
+];
+
 /// Every cell's figures (`None` for a cell that did not answer in time), in ring order,
 /// and whether autoscaling may absorb it.
 async fn sample(
@@ -452,6 +466,7 @@ async fn sample(
                 limit: num("limit_maxbytes")?,
                 master_bytes: num("cluster_master_bytes_estimate")?,
                 evictions: num("evictions")?,
+                requests: LOAD_COUNTERS.iter().map(|n| num(n)).sum::<Option<u64>>()?,
             })
         })();
         // Started by a provisioner, and one this provisioner can give back now (a

@@ -31,11 +31,13 @@ pub mod repl;
 pub mod restart;
 pub mod route;
 pub mod server;
+mod serving;
 mod slot;
 mod split;
 pub mod stats;
 mod streams;
 pub mod transport;
+mod trim;
 pub use streams::RunningStream;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -149,6 +151,10 @@ pub struct Cluster {
     membership: Mutex<Option<restart::Membership>>,
     /// Per-key order of routed requests (see [`order`]).
     order: order::Order,
+    /// Dropping what this cell no longer holds (see [`trim`]).
+    trim: Arc<trim::Trim>,
+    /// When the installed map was installed ([`Cluster::now_ms`]).
+    map_installed_ms: AtomicU64,
     clock: Instant,
 }
 
@@ -333,6 +339,8 @@ impl Cluster {
             autoscale: OnceLock::new(),
             membership: Mutex::new(None),
             order: order::Order::default(),
+            trim: Arc::default(),
+            map_installed_ms: AtomicU64::new(0),
             clock,
         });
         cluster.learn_ids(&map);
@@ -357,6 +365,7 @@ impl Cluster {
         cluster.refresh_layout();
         cluster.process(outputs);
         runtime.spawn(cluster.clone().drive());
+        runtime.spawn(trim::run(cluster.trim.clone(), Arc::downgrade(&cluster)));
         let _ = slot.cluster.set(cluster.clone());
         *slot.runtime.lock() = Some(runtime);
         let _ = cluster.cell.ring_figures.set(cluster.clone());
@@ -418,9 +427,21 @@ impl Cluster {
     /// The ring driver: ticks, installs maps the consensus group committed, expires waits.
     async fn drive(self: Arc<Self>) {
         let mut every = tokio::time::interval(Duration::from_millis(10));
+        let mut waited = serving::WaitLog::default();
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        // A map the group applied is installed at once: every cell of a flip waiting for
+        // its next tick added up to a tick to what the moved range's clients wait.
+        let changed = self.raft.get().map(|r| r.map_changed());
         loop {
-            every.tick().await;
+            match &changed {
+                Some(changed) => tokio::select! {
+                    _ = every.tick() => {}
+                    () = changed.notified() => {}
+                },
+                None => {
+                    every.tick().await;
+                }
+            }
             if let Some(raft) = self.raft.get() {
                 let committed = raft.current_map();
                 if committed.epoch() > self.epoch() {
@@ -428,12 +449,18 @@ impl Cluster {
                 }
             }
             let now = self.now_ms();
-            let outputs = {
+            let (outputs, wait) = {
                 let mut ring = self.lock_ring();
                 ring.tick(now);
-                ring.drain_outputs()
+                (ring.drain_outputs(), ring.serve_wait(now))
             };
             self.process(outputs);
+            waited.note(
+                self.epoch(),
+                self.map_installed_ms.load(Ordering::Acquire),
+                wait,
+                now,
+            );
             self.flush_when_due();
             self.repl.check_waiters();
             for t in self.repl.targets() {
@@ -509,6 +536,7 @@ impl Cluster {
             }
             let changes = events::diff(ring.map(), &map, crate::cell::unix_now_secs());
             ring.install_map(map.clone(), now);
+            self.map_installed_ms.store(now, Ordering::Release);
             self.epoch.store(ring.map().epoch(), Ordering::Release);
             (ring.drain_outputs(), changes)
         };
@@ -642,7 +670,11 @@ impl Cluster {
                         }
                     });
                 }
-                Output::Holdings { master, backups } => self.trim(master, backups),
+                Output::Holdings {
+                    epoch,
+                    master,
+                    backups,
+                } => self.trim.hold(epoch, master, backups),
                 Output::StartHandOff { child, range } => self.start_stream(child, range, true),
                 Output::Resync { to, range } => self.start_stream(to, range, false),
                 Output::NeedMap { .. } => self.catch_up(),
@@ -653,6 +685,7 @@ impl Cluster {
                             let outputs = {
                                 let mut ring = cl.lock_ring();
                                 ring.map_confirmed(epoch, sent_at_ms);
+                                ring.answer_deferred(cl.now_ms());
                                 ring.drain_outputs()
                             };
                             cl.process(outputs);
@@ -688,19 +721,5 @@ impl Cluster {
     /// Whether `cell` is in this cell's map (in any state, fenced cells are not).
     pub(crate) fn is_member(&self, cell: &CellId) -> bool {
         self.lock_ring().map().cell(cell).is_some()
-    }
-
-    /// Drops what this cell no longer holds (only once it is Active: a joining cell keeps
-    /// what its parent streams).
-    fn trim(&self, master: Option<HashRange>, backups: Vec<HashRange>) {
-        let Some(master) = master else { return };
-        let keep: Vec<HashRange> = std::iter::once(master).chain(backups).collect();
-        let dropped: usize = HashRange::gaps(&keep)
-            .into_iter()
-            .map(|g| self.cell.store.drop_range(g))
-            .sum();
-        if dropped > 0 {
-            tracing::info!(dropped, "items outside this cell's ranges dropped");
-        }
     }
 }

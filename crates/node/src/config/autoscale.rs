@@ -77,6 +77,13 @@ pub struct AutoscaleConfig {
     pub balance_skew: f64,
     /// ... and only when the heavier masters at least this fraction of its memory more.
     pub balance_min_fill: f64,
+    /// Neighbours are also balanced when the busier executes more than `1 +
+    /// balance_load_skew` times the other's key requests per second (0: never by load)...
+    pub balance_load_skew: f64,
+    /// ... and at least this many more per second.
+    pub balance_min_load: f64,
+    /// A move of less than this share of the giver's range is not made.
+    pub balance_min_share: f64,
     /// Decisions kept for `ctl autoscale status`.
     pub decisions_kept: usize,
     /// `local`: child processes of this cell.
@@ -109,6 +116,9 @@ impl Default for AutoscaleConfig {
             steady_fill: p.steady_fill,
             balance_skew: p.balance_skew,
             balance_min_fill: p.balance_min_fill,
+            balance_load_skew: p.balance_load_skew,
+            balance_min_load: p.balance_min_load,
+            balance_min_share: p.balance_min_share,
             decisions_kept: 50,
             local: LocalProvisionerConfig::default(),
             command: CommandProvisionerConfig::default(),
@@ -135,6 +145,9 @@ impl AutoscaleConfig {
             steady_fill: self.steady_fill,
             balance_skew: self.balance_skew,
             balance_min_fill: self.balance_min_fill,
+            balance_load_skew: self.balance_load_skew,
+            balance_min_load: self.balance_min_load,
+            balance_min_share: self.balance_min_share,
         }
     }
 }

@@ -107,6 +107,36 @@ fn environment_overrides_file() {
     });
 }
 
+/// `[store] eviction` by name in the file, overridden by `CELLCACHE_STORE__EVICTION`; the
+/// table form keeps its parameters.
+#[test]
+// figment's Jail API fixes the closure's error type; nothing to shrink here.
+#[allow(clippy::result_large_err)]
+fn eviction_policy_from_file_and_environment() {
+    use cellcache_store::EvictionPolicyKind;
+    figment::Jail::expect_with(|jail| {
+        jail.create_file("c.toml", "[store]\neviction = \"s3fifo\"\n")?;
+        let c = NodeConfig::load(Some(Path::new("c.toml"))).map_err(|e| e.to_string())?;
+        assert_eq!(c.store.eviction, EvictionPolicyKind::S3FIFO);
+        jail.set_env("CELLCACHE_STORE__EVICTION", "lru");
+        let c = NodeConfig::load(Some(Path::new("c.toml"))).map_err(|e| e.to_string())?;
+        assert_eq!(c.store.eviction, EvictionPolicyKind::SlabLru);
+        Ok(())
+    });
+    let c = NodeConfig::from_toml_str(
+        "[store]\neviction = { kind = \"s3fifo\", small_permille = 200, ghost_permille = 0 }\n",
+    )
+    .unwrap();
+    assert_eq!(
+        c.store.eviction,
+        EvictionPolicyKind::S3Fifo {
+            small_permille: 200,
+            ghost_permille: 0
+        }
+    );
+    assert!(NodeConfig::from_toml_str("[store]\neviction = \"arc\"\n").is_err());
+}
+
 /// `[cluster.tls]`: off by default, on with all three files, a start error naming what is
 /// missing with only some; settable from the file and the environment (nested tables are
 /// `SECTION__TABLE__FIELD`).

@@ -19,9 +19,12 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::config::{ConfigError, EvictionPolicyKind, KEY_LEN_MAX, StoreConfig};
-use crate::eviction::{EvictionPolicy, LeastLiveOfLru, SecondChanceFifo, SlabLru, SlabView};
+use crate::eviction::{
+    EvictionPolicy, LeastLiveOfLru, S3Fifo, SecondChanceFifo, SlabLru, SlabView,
+};
 use crate::expiry::Expiry;
 use crate::feed::{Change, ChangeKind, ChangeSink};
+use crate::ghost::Ghost;
 use crate::index::{Index, SLOT_BYTES, SLOTS_PER_BUCKET};
 use crate::item::{
     self, CTRL_FETCHED, CTRL_KEY_BINARY, CTRL_STALE, CTRL_STATE, CTRL_WIN, Header, ItemFields,
@@ -33,8 +36,10 @@ use cellcache_keyspace::HashRange;
 
 mod ops;
 mod presence;
+mod promote;
 mod ranges;
 mod space;
+mod switch;
 
 /// How one shard's memory budget is divided between index and arena.
 #[derive(Debug, Clone, Copy)]
@@ -146,6 +151,18 @@ pub(crate) struct Shard {
     /// Most slabs that may hold items (partial + full); below the slab count after a
     /// run-time `cache_memlimit` lowered the limit. The arena itself never shrinks.
     slab_quota: usize,
+    /// S3-FIFO: the main queue's open slab, which promoted items are moved into. It is kept
+    /// on the full list, so new items never land in it.
+    main_head: Option<SlabId>,
+    /// S3-FIFO: ticks once per clearing (`shard::promote`).
+    move_clock: u64,
+    /// S3-FIFO: per slab, the `move_clock` at which items were last moved into it (0: never);
+    /// a range scan visits the slabs moved into after its pass began again.
+    moved_in: Vec<u64>,
+    /// S3-FIFO's ghost table, in slabs of the arena (`ListId::Ghost`).
+    ghost: Option<Ghost>,
+    /// The policy reads the index's access counters (S3-FIFO): reads and rewrites count.
+    counts_frequency: bool,
 }
 
 fn slab_of(loc: u64, slab_size: u64) -> SlabId {
@@ -166,14 +183,8 @@ impl Shard {
         let slabs = Slabs::new(sizing.arena_bytes as u64, c.slab_size_bytes as u64);
         // Each slab is queued for compaction at most once, so this never grows.
         let slab_count = slabs.len();
-        let policy: Box<dyn EvictionPolicy> = match c.eviction {
-            EvictionPolicyKind::SlabLru => Box::new(SlabLru::new(slabs.len())),
-            EvictionPolicyKind::LeastLiveOfLru { candidates } => {
-                Box::new(LeastLiveOfLru::new(slabs.len(), candidates))
-            }
-            EvictionPolicyKind::SecondChanceFifo => Box::new(SecondChanceFifo::new(slabs.len())),
-        };
-        Ok(Shard {
+        let policy = switch::new_policy(c.eviction, slabs.len());
+        let mut shard = Shard {
             arena,
             slab_size: c.slab_size_bytes as u64,
             slabs,
@@ -187,7 +198,16 @@ impl Shard {
             scratch: Vec::new(),
             counters: ShardCounters::default(),
             slab_quota: usize::MAX,
-        })
+            main_head: None,
+            move_clock: 0,
+            moved_in: vec![0; slab_count],
+            ghost: None,
+            counts_frequency: matches!(c.eviction, EvictionPolicyKind::S3Fifo { .. }),
+        };
+        if let EvictionPolicyKind::S3Fifo { ghost_permille, .. } = c.eviction {
+            shard.reserve_ghost(ghost_permille);
+        }
+        Ok(shard)
     }
 
     /// Bytes of this shard's index (fixed at start).
@@ -216,7 +236,14 @@ impl Shard {
     /// compaction queue and scratch buffer at their bounds).
     pub fn metadata_bytes_max(&self) -> usize {
         let n = self.slabs.len();
-        n * (std::mem::size_of::<SlabMeta>() + 2 * 4 + 1 + std::mem::size_of::<SlabId>())
+        // Per slab: its metadata, two recency lists (S3-FIFO's small and main; the other
+        // policies use one), its compaction queue entry, `main_since` and a ghost entry.
+        n * (std::mem::size_of::<SlabMeta>()
+            + 2 * (2 * 4 + 1)
+            + std::mem::size_of::<SlabId>()
+            + 8
+            + 8
+            + std::mem::size_of::<SlabId>())
             + item::encoded_len_max(KEY_LEN_MAX, self.item_size_max)
             + self.index.path_bytes()
             + std::mem::size_of::<Shard>()
@@ -307,6 +334,9 @@ impl Shard {
         let m = &mut self.slabs.meta[s as usize];
         m.write_offset = 0;
         m.live_bytes = 0;
+        if self.main_head == Some(s) {
+            self.main_head = None;
+        }
         // `compaction_queued` stays: it says whether the slab is in the queue, and a stale
         // entry is skipped when popped. Resetting it here could queue the slab twice.
         self.slabs.move_to(s, ListId::Free);
@@ -318,7 +348,10 @@ impl Shard {
         let items = self.index.len();
         self.index.clear();
         for s in 0..self.slabs.len() as SlabId {
-            if self.slabs.meta[s as usize].list != ListId::Free {
+            if !matches!(
+                self.slabs.meta[s as usize].list,
+                ListId::Free | ListId::Ghost
+            ) {
                 self.release(s);
             }
         }
@@ -375,7 +408,19 @@ impl Shard {
             cas,
             state,
         };
-        let (loc, len) = self.alloc(|base| item::encoded_len(&fields, base), cas, now)?;
+        // A key S3-FIFO dropped from its small queue unread and wanted again soon goes to the
+        // main queue's open slab; without room there, to the small queue marked accessed, so
+        // its slab's first clearing moves it to main.
+        let admitted = self.ghost_take(hash);
+        let in_main = if admitted {
+            self.alloc_in_main_head(|base| item::encoded_len(&fields, base))
+        } else {
+            None
+        };
+        let (loc, len) = match in_main {
+            Some(place) => place,
+            None => self.alloc(|base| item::encoded_len(&fields, base), cas, now)?,
+        };
         let s = slab_of(loc, self.slab_size);
         let base = self.slabs.meta[s as usize].cas_base;
         let buf = &mut self.arena[loc as usize..loc as usize + len];
@@ -389,6 +434,8 @@ impl Shard {
             let old_len = self.header(old).total_len;
             self.index.set_loc(slot, loc);
             self.kill(old, old_len);
+            // A rewrite of a present key is an access (S3-FIFO's frequency).
+            self.bump_freq(slot);
         } else {
             if self.index.insert(p, loc).is_err() {
                 // The key's two buckets are full and no displacement path was found. Evict one
@@ -425,6 +472,12 @@ impl Shard {
                     self.kill(loc, len);
                     return Err(StoreError::OutOfMemory);
                 }
+            }
+        }
+        if admitted && in_main.is_none() {
+            // In the small queue, counted as accessed: its slab's first clearing promotes it.
+            if let Some(slot) = self.index.find_loc(p, loc) {
+                self.bump_freq(slot);
             }
         }
         let m = &mut self.slabs.meta[s as usize];

@@ -121,6 +121,7 @@ impl Shard {
         }
         if !opts.no_bump {
             new_ctrl |= CTRL_FETCHED;
+            self.bump_freq(slot);
             self.slabs.meta[s as usize].last_access = now;
             self.policy.on_access(s);
         }

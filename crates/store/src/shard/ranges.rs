@@ -65,6 +65,11 @@ impl Shard {
                 .filter(|&s| !listed[s])
                 .map(|s| s as SlabId),
         );
+        // S3-FIFO moves items into its main head: visited last, it misses none of them.
+        if let Some(h) = self.main_head {
+            order.retain(|&s| s != h);
+            order.push(h);
+        }
         order
     }
 
@@ -112,6 +117,32 @@ impl Shard {
         dropped
     }
 
+    /// Removes the items of slab `s` whose key hash `drop` accepts; returns how many. Items
+    /// are found first and unlinked after, so the walk never reads a slab its own removals
+    /// released.
+    pub fn drop_in_slab(&mut self, s: SlabId, drop: &dyn Fn(u64) -> bool) -> usize {
+        if s as usize >= self.slabs.len() {
+            return 0;
+        }
+        let mut doomed = Vec::new();
+        let mut off = 0u64;
+        while let Some((loc, h)) = self.item_in_slab(s, off) {
+            off += h.total_len as u64;
+            let b = loc as usize;
+            let hash = crate::key_hash(&self.arena[b + h.key_offset..b + h.key_offset + h.key_len]);
+            if !drop(hash) {
+                continue;
+            }
+            if let Some(slot) = self.index.find_loc(self.index.probe(hash), loc) {
+                doomed.push((slot, loc, h));
+            }
+        }
+        for (slot, loc, h) in &doomed {
+            self.unlink(*slot, *loc, h, Unlink::Deleted);
+        }
+        doomed.len()
+    }
+
     /// Stores an item exactly as given (CAS, flags, expiry, stale), e.g. from a range hand-off.
     pub fn insert_item(
         &mut self,
@@ -155,6 +186,9 @@ impl Shard {
         s.compactions += c.compactions;
         s.compacted_bytes += c.compacted_bytes;
         s.second_chance_items += c.second_chance_items;
+        s.promoted_items += c.promoted_items;
+        s.slabs_ghost += self.slabs.count(ListId::Ghost) as u64;
+        s.ghost_entries += self.ghost_capacity() as u64;
         s.get_hits += c.get_hits;
         s.get_misses += c.get_misses;
         s.get_expired += c.get_expired;
@@ -183,6 +217,16 @@ impl Shard {
         for (i, m) in self.slabs.meta.iter().enumerate() {
             assert_eq!(u64::from(m.live_bytes), live[i], "slab {i} live bytes");
             assert!(m.write_offset <= m.len);
+        }
+        // Every ghost slab holds the ghost's table, and only those (none leaks).
+        let per_slab = self.slab_size as usize / 16 * 4;
+        assert_eq!(
+            self.slabs.count(ListId::Ghost) * per_slab,
+            self.ghost_capacity(),
+            "ghost slabs"
+        );
+        if let Some(h) = self.main_head {
+            assert_eq!(self.slabs.meta[h as usize].list, ListId::Full, "main head");
         }
     }
 }

@@ -2,6 +2,7 @@
 //! compacting a mostly-dead slab in place, and allocating the bytes of a new item.
 
 use super::*;
+use crate::eviction::Clearing;
 
 impl Shard {
     /// Clears slab `s`: its live items leave the index, the slab becomes free.
@@ -125,7 +126,10 @@ impl Shard {
             m.write_offset = dst as u32;
             self.counters.compactions += 1;
             self.counters.compacted_bytes += u64::from(old_offset) - dst;
-            self.slabs.move_to(s, ListId::Partial);
+            if self.main_head != Some(s) {
+                // The main head stays off the partial list: new items never land in it.
+                self.slabs.move_to(s, ListId::Partial);
+            }
             return true;
         }
         false
@@ -194,10 +198,10 @@ impl Shard {
             let Some(victim) = self.policy.victim(&view, None) else {
                 break;
             };
-            if self.policy.retain_fetched() {
-                self.evict_slab_keeping_fetched(victim, now);
-            } else {
-                self.evict_slab(victim, now);
+            match self.policy.clearing(victim) {
+                Clearing::All => self.evict_slab(victim, now),
+                Clearing::KeepFetched => self.evict_slab_keeping_fetched(victim, now),
+                Clearing::Promote { ghost } => self.evict_slab_promoting(victim, ghost, now),
             }
         }
         Err(StoreError::OutOfMemory)

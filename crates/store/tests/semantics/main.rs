@@ -59,5 +59,7 @@ fn filled(layout: Layout) -> Store {
 }
 
 mod commands;
+mod drop_walk;
 mod ranges;
+mod s3fifo;
 mod space;

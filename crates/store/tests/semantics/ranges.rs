@@ -51,10 +51,10 @@ fn range_enumerate_extract_drop_and_reinsert() {
 }
 
 #[derive(Default)]
-struct Recorder(Mutex<Vec<(u64, OwnedChange)>>);
+pub(super) struct Recorder(pub(super) Mutex<Vec<(u64, OwnedChange)>>);
 
 #[derive(Debug, Clone, PartialEq)]
-enum OwnedChange {
+pub(super) enum OwnedChange {
     Put(OwnedItem),
     Delete(Vec<u8>),
     Touch(Vec<u8>, Expiry),

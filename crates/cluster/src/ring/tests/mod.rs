@@ -130,6 +130,97 @@ fn a_refused_lease_is_asked_for_again_before_the_next_heartbeat() {
     assert!(sends(&a.drain_outputs()).is_empty());
 }
 
+/// A heartbeat that reached a backup whose map was unconfirmed is answered with a grant
+/// the moment the map is confirmed, without waiting for the master to ask again; one that
+/// the master released meanwhile is not.
+#[test]
+fn a_heartbeat_deferred_by_an_unconfirmed_map_is_granted_at_confirmation() {
+    let map = two_cells();
+    let cfg = RingConfig::default();
+    let mut a = Ring::new(id("1"), map.clone(), cfg, 0);
+    let mut b = Ring::new(id("2"), map.clone(), cfg, 0);
+    a.map_confirmed(3, 0);
+    a.tick(0);
+    exchange(&mut a, &mut b, 0);
+    assert!(!a.can_serve(0, 1), "the backup could not grant yet");
+    b.map_confirmed(3, 2);
+    b.answer_deferred(2);
+    let answers = sends(&b.drain_outputs());
+    assert!(
+        answers.iter().any(|(to, m)| *to == id("1")
+            && matches!(
+                m,
+                RingMessage::HeartbeatAck {
+                    grant: Some(_),
+                    echo_sent_at_ms: 0,
+                    ..
+                }
+            )),
+        "{answers:?}"
+    );
+    for (_, m) in answers {
+        a.step(m, 3);
+    }
+    assert!(a.can_serve(0, 3), "served one confirmation after the map");
+    assert!(
+        !a.can_serve(0, cfg.lease_ms),
+        "the lease counts from the heartbeat"
+    );
+
+    // Released before the confirmation: no grant comes.
+    let mut a = Ring::new(id("1"), map.clone(), cfg, 0);
+    let mut b = Ring::new(id("2"), map, cfg, 0);
+    a.map_confirmed(3, 0);
+    a.tick(0);
+    exchange(&mut a, &mut b, 0);
+    b.step(
+        RingMessage::LeaseRelease {
+            from: id("1"),
+            epoch: 3,
+            before_ms: Some(1),
+            keep: None,
+        },
+        1,
+    );
+    b.map_confirmed(3, 2);
+    b.answer_deferred(2);
+    assert!(sends(&b.drain_outputs()).is_empty());
+}
+
+/// At a division's flip the parent owes its new backup, the child, nothing: the child
+/// caught up with all of the parent's old range before the flip. The child still brings
+/// its own backup up to date.
+#[test]
+fn a_parent_does_not_resend_its_range_to_the_child_it_just_flipped() {
+    let cfg = RingConfig::default();
+    let dividing = one_divides(&ClusterMap::bootstrap(id("1"), addr(0), 2).unwrap());
+    let flipped = apply(
+        &dividing,
+        &Proposal {
+            based_on_epoch: dividing.epoch(),
+            change: Change::CompleteDivision { child: id("2") },
+        },
+    )
+    .unwrap();
+    let resyncs = |ring: &mut Ring| -> Vec<CellId> {
+        ring.drain_outputs()
+            .into_iter()
+            .filter_map(|o| match o {
+                Output::Resync { to, .. } => Some(to),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut parent = Ring::new(id("1"), dividing.clone(), cfg, 0);
+    let mut child = Ring::new(id("2"), dividing, cfg, 0);
+    parent.drain_outputs();
+    child.drain_outputs();
+    parent.install_map(flipped.clone(), 10);
+    child.install_map(flipped, 10);
+    assert_eq!(resyncs(&mut parent), Vec::<CellId>::new());
+    assert_eq!(resyncs(&mut child), vec![id("1")]);
+}
+
 #[test]
 fn silent_successor_is_proposed_for_fencing_not_removed() {
     let map = two_cells();
