@@ -127,6 +127,20 @@ fn drained(client: &mut Client) -> bool {
     false
 }
 
+/// The write policy switched through the building blocks' `ctl switch`.
+fn ctl_switch(server: &Server, policy: &str) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cellcache"))
+        .args(["ctl", "switch", "write-policy", policy, "-s"])
+        .arg(format!("127.0.0.1:{}", admin_port(server)))
+        .output()
+        .expect("ctl runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("-> {policy}")),
+        "ctl: {text} {out:?}"
+    );
+}
+
 fn ctl_policy(server: &Server, policy: &str) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_cellcache"))
         .args(["ctl", "tier", "policy", policy, "-s"])
@@ -487,16 +501,21 @@ fn switching_the_write_policy_under_load_fails_no_request() {
     })
     .expect("register workload");
     for (at, policy) in [
-        (300, "back"),
-        (900, "through"),
-        (1500, "back"),
-        (2100, "through"),
+        (200, "back"),
+        (600, "through"),
+        (1000, "back"),
+        (1400, "through"),
     ] {
         assert!(
             load.wait_completed(at, Duration::from_secs(120)),
             "load before {policy}"
         );
-        ctl_policy(&server, policy);
+        // To write-back through the building blocks' `ctl switch`, back through `ctl tier`.
+        if policy == "back" {
+            ctl_switch(&server, policy);
+        } else {
+            ctl_policy(&server, policy);
+        }
     }
     let run = load.finish();
     eprintln!("policy switches: {:?}", run.summary);
