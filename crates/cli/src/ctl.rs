@@ -75,6 +75,11 @@ enum CtlCommand {
         #[command(subcommand)]
         command: AutoscaleCommand,
     },
+    /// This cell's cache tier (docs/tier.md): its figures, or a live write-policy switch.
+    Tier {
+        #[command(subcommand)]
+        command: TierCommand,
+    },
     /// Switch a building block of this cell live, while it serves: `ctl switch eviction
     /// s3fifo`; `ctl switch --list [--json]` shows each block's implementation and the others.
     Switch {
@@ -109,6 +114,18 @@ enum AutoscaleCommand {
         /// As JSON.
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(clap::Subcommand)]
+enum TierCommand {
+    /// The backing store, the write policy and the tier's figures (dirty bytes, flushes,
+    /// loads).
+    Status,
+    /// Switch the write policy of the running cell (through or back); no request fails.
+    Policy {
+        /// through or back.
+        policy: String,
     },
 }
 
@@ -214,6 +231,12 @@ pub fn run(args: CtlArgs) -> anyhow::Result<()> {
             }
             AutoscaleCommand::Status { json: false } => {
                 admin(server, "GET", "/cluster/autoscale", token)?
+            }
+        },
+        CtlCommand::Tier { command } => match command {
+            TierCommand::Status => admin(server, "GET", "/tier", token)?,
+            TierCommand::Policy { policy } => {
+                admin(server, "POST", &format!("/tier/policy/{policy}"), token)?
             }
         },
         CtlCommand::Ranges => admin(server, "GET", "/cluster/ranges", token)?,

@@ -44,6 +44,10 @@ const KEYS: &[(&str, &str)] = &[
     ("admin_token_file", "admin.token_file"),
     ("state_dir", "cluster.state_dir"),
     ("standalone", "cluster.enabled"),
+    ("backing_store", "tier.backing_store"),
+    ("write_policy", "tier.write_policy"),
+    ("write_back_window", "tier.write_back_window_ms"),
+    ("write_back_max_dirty", "tier.write_back_max_dirty_bytes"),
     ("verbose", "log.level"),
     ("autoscale", "autoscale.enabled"),
     ("provisioner", "autoscale.provisioner"),
@@ -88,6 +92,9 @@ fn default_of(id: &str, key: &str, defaults: &toml::Table) -> String {
             return "$XDG_STATE_HOME/cellcache or ~/.local/state/cellcache".into();
         }
         "join" if config.cluster.join.is_empty() => return "none: bootstrap a ring of one".into(),
+        "backing_store" if config.tier.backing_store.is_empty() => {
+            return "none: a plain cache".into();
+        }
         "scale_window" => return format!("{}s", config.autoscale.window_ms / 1000),
         "cooldown" => return format!("{}s", config.autoscale.cooldown_ms / 1000),
         "divide" if config.cluster.divide.is_empty() => {

@@ -146,6 +146,20 @@ pub struct ServeArgs {
     /// Run as a plain memcached-compatible server, not a ring member.
     #[arg(long)]
     pub standalone: bool,
+    /// The durable store this cell fronts (the cache tier, with --standalone):
+    /// redb:PATH or postgres://user@host:port/db.
+    #[arg(long, value_name = "SPEC")]
+    pub backing_store: Option<String>,
+    /// When a write is acknowledged: after the backing store has it (through) or at once
+    /// (back).
+    #[arg(long, value_name = "through|back")]
+    pub write_policy: Option<cellcache_node::config::WritePolicy>,
+    /// Write-back: milliseconds a written key stays dirty before it is flushed.
+    #[arg(long, value_name = "MS")]
+    pub write_back_window: Option<u64>,
+    /// Bytes written and not yet in the backing store, at most (then SERVER_ERROR).
+    #[arg(long, value_name = "BYTES")]
+    pub write_back_max_dirty: Option<usize>,
     /// More verbose logs (-v debug, -vv trace), like memcached's -v.
     #[arg(short = 'v', action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -313,6 +327,18 @@ impl ServeArgs {
         }
         if self.standalone {
             c.cluster.enabled = false;
+        }
+        if let Some(spec) = &self.backing_store {
+            c.tier.backing_store = spec.clone();
+        }
+        if let Some(p) = self.write_policy {
+            c.tier.write_policy = p;
+        }
+        if let Some(ms) = self.write_back_window {
+            c.tier.write_back_window_ms = ms;
+        }
+        if let Some(bytes) = self.write_back_max_dirty {
+            c.tier.write_back_max_dirty_bytes = bytes;
         }
         self.scale.apply(&mut c);
         match self.verbose {

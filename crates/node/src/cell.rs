@@ -43,6 +43,9 @@ pub struct Cell {
     /// The users clients log in as (`server.auth_file`, memcached `-Y`); `None`: clients
     /// need no login. Set before the engine starts.
     pub credentials: Option<crate::credentials::Credentials>,
+    /// The cache tier (`[tier]`): the backing store this cell fronts; `None`: a plain cache.
+    /// Set before the engine starts.
+    pub tier: Option<Arc<crate::tier::Tier>>,
     /// Failed logins per client address (`server.auth_failures_max`).
     pub login_throttle: crate::throttle::LoginThrottle,
 }
@@ -89,6 +92,7 @@ impl Cell {
             ring_figures: OnceLock::new(),
             login_throttle,
             credentials: None,
+            tier: None,
         }
     }
 

@@ -29,6 +29,7 @@ pub mod outcome;
 pub mod provision;
 pub mod stats;
 pub mod throttle;
+pub mod tier;
 
 use cell::Cell;
 use cellcache_io::{RunningEngine, Shutdown};
@@ -63,6 +64,8 @@ pub enum StartError {
     Admin(#[from] admin::AdminError),
     #[error(transparent)]
     Dns(#[from] dns::DnsError),
+    #[error(transparent)]
+    Tier(#[from] tier::TierStartError),
 }
 
 /// An error and its sources on one line, `outer: cause: root`, each said once (a message
@@ -144,8 +147,17 @@ impl Node {
             })
             .transpose()?;
         let dns_ready = dns::prepare(&config.dns)?;
+        // The tier before the store: its change feed goes to the tier (validate keeps the
+        // tier to standalone cells, whose feed has no other reader).
+        let tier = if config.tier.enabled() {
+            Some(tier::Tier::start(&config.tier)?)
+        } else {
+            None
+        };
         let store = if config.cluster.enabled {
             cellcache_store::Store::with_change_sink(config.store.clone(), repl.clone())
+        } else if let Some(t) = &tier {
+            cellcache_store::Store::with_change_sink(config.store.clone(), t.clone())
         } else {
             cellcache_store::Store::new(config.store.clone())
         }
@@ -160,6 +172,7 @@ impl Node {
         let engine_config = config.io.clone();
         let mut cell = Cell::new(config, store, limits, shutdown.clone());
         cell.credentials = credentials;
+        cell.tier = tier;
         let cell = Arc::new(cell);
         // The ring first: the client port opens once this cell knows what it owns.
         let ring = if cell.config.cluster.enabled && cell.config.cluster.standby {
@@ -231,6 +244,12 @@ impl Node {
     /// a cell promptly in every state; its peers treat what it left undone as after a crash).
     pub fn join(self) {
         self.engine.join();
+        if let Some(tier) = &self.cell.tier {
+            // A graceful stop hands every dirty write to the store first.
+            tier.drain(std::time::Duration::from_millis(
+                tier.config.shutdown_flush_timeout_ms,
+            ));
+        }
         if let Some(admin) = self.admin {
             admin.stop();
         }

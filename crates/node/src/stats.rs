@@ -379,6 +379,9 @@ fn own(cell: &Cell, out: &mut Vec<u8>) {
     stat(out, "slabs_full", s.slabs_full);
     stat(out, "store_shards", s.shards);
     cell.latency.write_stats(out);
+    if let Some(tier) = &cell.tier {
+        tier.write_stats(out);
+    }
     if let Some(ring) = cell.ring_figures.get() {
         ring.write_stats(out);
     }

@@ -40,7 +40,7 @@ pub use ops::{
 };
 pub use slab::SlabId;
 pub use stats::Stats;
-pub use store::{DropStep, ScanCursor, Store};
+pub use store::{DropStep, FillOutcome, ScanCursor, Store};
 
 #[cfg(test)]
 mod tests {

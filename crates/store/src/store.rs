@@ -33,6 +33,9 @@ use crate::slab::SlabId;
 use crate::stats::Stats;
 use cellcache_keyspace::HashRange;
 
+mod tier;
+pub use tier::FillOutcome;
+
 const MIX_SHARD: u64 = 0xFF51_AFD7_ED55_8CCD;
 
 /// Position of a [`Store::scan_range`] walk: the shard, and the place in its slab order

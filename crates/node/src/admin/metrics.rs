@@ -123,6 +123,41 @@ const COUNTERS: &[(&str, &str, &str)] = &[
         "cluster_stream_bytes",
         "Encoded bytes of the items snapshot streams read into their targets' queues.",
     ),
+    (
+        "cellcache_tier_writes",
+        "tier_writes_recorded",
+        "Writes the cache tier recorded.",
+    ),
+    (
+        "cellcache_tier_flushed_ops",
+        "tier_flushed_ops",
+        "Ops the backing store confirmed.",
+    ),
+    (
+        "cellcache_tier_failed_batches",
+        "tier_failed_batches",
+        "Backing-store batches failed.",
+    ),
+    (
+        "cellcache_tier_refused_writes",
+        "tier_refused_writes",
+        "Writes refused: dirty bound.",
+    ),
+    (
+        "cellcache_tier_loads",
+        "tier_loads",
+        "Read-through loads started.",
+    ),
+    (
+        "cellcache_tier_load_errors",
+        "tier_load_errors",
+        "Read-through loads that failed.",
+    ),
+    (
+        "cellcache_tier_reinserted",
+        "tier_reinserted",
+        "Evicted dirty items re-inserted.",
+    ),
 ];
 
 /// `(kind label, stats field)`: `cellcache_streams_started_total{kind}`.
@@ -167,6 +202,16 @@ const GAUGES: &[(&str, &str, &str)] = &[
         "cellcache_epoch",
         "cluster_epoch",
         "The ring map's epoch this cell serves.",
+    ),
+    (
+        "cellcache_tier_dirty_bytes",
+        "tier_dirty_bytes",
+        "Bytes not yet in the backing store.",
+    ),
+    (
+        "cellcache_tier_dirty_keys",
+        "tier_dirty_keys",
+        "Keys not yet in the backing store.",
     ),
 ];
 
@@ -603,6 +648,27 @@ mod tests {
         assert!(
             !out.contains("cellcache_epoch"),
             "absent fields are not made up"
+        );
+    }
+
+    #[test]
+    fn a_cell_with_a_tier_exports_its_figures() {
+        let out = text(figures(&[
+            ("tier_dirty_bytes", "512"),
+            ("tier_flushed_ops", "9"),
+        ]));
+        assert!(
+            out.lines().any(|l| l == "cellcache_tier_dirty_bytes 512"),
+            "{out}"
+        );
+        assert!(
+            out.lines()
+                .any(|l| l == "cellcache_tier_flushed_ops_total 9"),
+            "{out}"
+        );
+        assert!(
+            !out.contains("cellcache_tier_loads"),
+            "no tier, no made-up figures"
         );
     }
 

@@ -15,6 +15,7 @@
 
 pub mod client;
 pub mod metrics;
+mod tier;
 
 use std::future::Future as _;
 use std::net::SocketAddr;
@@ -223,6 +224,8 @@ fn router(plane: Arc<Plane>) -> Router {
         .route("/autoscale", get(autoscale_status))
         .route("/cluster/autoscale", get(autoscale_text))
         .route("/cluster/autoscale/{switch}", post(autoscale_switch))
+        .route("/tier", get(tier::status))
+        .route("/tier/policy/{policy}", post(tier::policy))
         .route("/switch", get(switch_list))
         .route("/switch/{block}/{implementation}", post(switch_block))
         .layer(middleware::from_fn_with_state(plane.clone(), authorize))
@@ -388,13 +391,17 @@ const EVICTION_AVAILABLE: [&str; 2] = ["lru", "s3fifo"];
 /// Every live-switchable block of this cell: `{"eviction": {"current": "lru", "available":
 /// ["lru", "s3fifo"]}}` (`ctl switch --list --json`).
 async fn switch_list(State(plane): State<Arc<Plane>>) -> Response {
-    axum::Json(serde_json::json!({
+    let mut blocks = serde_json::json!({
         "eviction": {
             "current": plane.cell.store.eviction().name(),
             "available": EVICTION_AVAILABLE,
         }
-    }))
-    .into_response()
+    });
+    if let Some(t) = &plane.cell.tier {
+        blocks["write-policy"] =
+            serde_json::json!({"current": t.policy().name(), "available": ["through", "back"]});
+    }
+    axum::Json(blocks).into_response()
 }
 
 /// Switches `block` of this cell to `implementation` while it serves (`ctl switch`).
@@ -402,8 +409,13 @@ async fn switch_block(
     State(plane): State<Arc<Plane>>,
     Path((block, implementation)): Path<(String, String)>,
 ) -> Response {
+    if block == "write-policy" {
+        return tier::switch(&plane, &implementation);
+    }
     if block != "eviction" {
-        return text(format!("CLIENT_ERROR no block {block:?} (eviction)\r\n").into_bytes());
+        return text(
+            format!("CLIENT_ERROR no block {block:?} (eviction, write-policy)\r\n").into_bytes(),
+        );
     }
     let kind = match EvictionPolicyKind::from_name(&implementation) {
         Some(kind) if EVICTION_AVAILABLE.contains(&kind.name()) => kind,

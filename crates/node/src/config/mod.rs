@@ -18,6 +18,7 @@ mod autoscale;
 mod dns;
 mod listen;
 mod peer_tls;
+mod tier;
 pub use admin::{ADMIN_PORT_OFFSET, AdminConfig};
 pub use autoscale::{
     AutoscaleConfig, CommandProvisionerConfig, DockerProvisionerConfig,
@@ -28,6 +29,7 @@ pub use cellcache_store::StoreConfig;
 pub use dns::DnsConfig;
 pub use listen::{BadListenAddr, ListenAddr, ListenAddrs};
 pub use peer_tls::{PEER_TLS_SERVER_NAME_DEFAULT, PeerTlsConfig};
+pub use tier::{TierConfig, WritePolicy};
 
 /// Everything a cell can be told.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -42,6 +44,7 @@ pub struct NodeConfig {
     pub admin: AdminConfig,
     pub dns: DnsConfig,
     pub autoscale: AutoscaleConfig,
+    pub tier: TierConfig,
 }
 
 /// When a master acknowledges a write: after its backups applied it, or at once.
@@ -600,6 +603,9 @@ impl NodeConfig {
             ));
         }
         if let Some(problem) = self.admin.problem() {
+            return Err(ConfigError::Invalid(problem));
+        }
+        if let Some(problem) = self.tier.problem(self.cluster.enabled) {
             return Err(ConfigError::Invalid(problem));
         }
         let c = &self.cluster;

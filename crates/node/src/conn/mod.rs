@@ -32,13 +32,14 @@
 
 mod auth;
 pub mod binary;
+mod standalone;
 
 use crate::cell::Cell;
 use crate::cluster::Cluster;
 use crate::cluster::route::{self, Ctx, Reply};
 use crate::counters::LocalCounters;
 use crate::latency::LocalLatency;
-use crate::local::{Flow, execute};
+use crate::local::Flow;
 use binary::Encoding;
 use cellcache_io::{Accepted, Notify, Progress, Service, Session};
 use cellcache_proto::binary::MAGIC_REQUEST;
@@ -268,12 +269,7 @@ impl Conn {
         let mut slotted = false;
         let out: &mut Vec<u8> = if direct { output } else { &mut tmp };
         let flow = match cluster {
-            None => {
-                let start = out.len();
-                let flow = execute(&self.cell, request, now, out, &mut self.counters);
-                strip_end(out, start, end);
-                flow
-            }
+            None => self.run_standalone(request, bytes, now, out, encoding, end, &mut slotted),
             Some(cl) => {
                 let decided = route::here(
                     cl,

@@ -35,6 +35,7 @@ use crate::stats::{ShardCounters, Stats};
 use cellcache_keyspace::HashRange;
 
 mod ops;
+mod presence;
 mod promote;
 mod ranges;
 mod space;
