@@ -440,6 +440,26 @@ impl RunReport {
     }
 }
 
+/// A report with nothing measured and a run of `secs` seconds, for tests of what reads
+/// reports (the plots).
+#[cfg(test)]
+pub(crate) fn minimal_report(secs: f64) -> RunReport {
+    serde_json::from_value(serde_json::json!({
+        "schema": SCHEMA, "tool_version": "test", "started_unix_secs": 0,
+        "command": [], "machine": Machine::default(), "server_versions": [],
+        "config": {"servers": ["127.0.0.1:1"], "connections": 1, "pipeline": 1,
+                   "threads": 1, "mode": {"kind": "closed"},
+                   "stop": {"duration": {"secs": secs}}, "warmup_secs": 0.0,
+                   "generator_cpus": [], "seed": 1},
+        "workload": {"key_count": 1, "key_prefix": "k", "key_len": 2,
+                     "popularity": {"kind": "uniform"}, "get_ratio": 1.0, "multiget": 1,
+                     "value_size": "1", "ttl_secs": 0, "set_on_miss": false,
+                     "preloaded": 0},
+        "results": Results::default(),
+    }))
+    .expect("a minimal report")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -129,29 +129,33 @@ fn drained(client: &mut Client) -> bool {
 
 /// The write policy switched through the building blocks' `ctl switch`.
 fn ctl_switch(server: &Server, policy: &str) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cellcache"))
-        .args(["ctl", "switch", "write-policy", policy, "-s"])
-        .arg(format!("127.0.0.1:{}", admin_port(server)))
-        .output()
-        .expect("ctl runs");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.contains(&format!("-> {policy}")),
-        "ctl: {text} {out:?}"
+    ctl(
+        server,
+        &["switch", "write-policy", policy],
+        &format!("-> {policy}"),
     );
 }
 
+/// The same through `ctl tier policy`.
 fn ctl_policy(server: &Server, policy: &str) {
+    ctl(
+        server,
+        &["tier", "policy", policy],
+        &format!("OK write policy {policy}"),
+    );
+}
+
+/// Runs `cellcache ctl ARGS -s ADMIN` against `server` and checks it printed `expected`.
+fn ctl(server: &Server, args: &[&str], expected: &str) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_cellcache"))
-        .args(["ctl", "tier", "policy", policy, "-s"])
+        .arg("ctl")
+        .args(args)
+        .arg("-s")
         .arg(format!("127.0.0.1:{}", admin_port(server)))
         .output()
         .expect("ctl runs");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.contains(&format!("OK write policy {policy}")),
-        "ctl: {text} {out:?}"
-    );
+    assert!(text.contains(expected), "ctl: {text} {out:?}");
 }
 
 /// Write-through under load, `kill -9` mid-run, restart: the histories check.

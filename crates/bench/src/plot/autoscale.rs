@@ -364,20 +364,7 @@ mod tests {
 
     #[test]
     fn draws_the_five_panels_from_a_report_and_ring_samples() {
-        let mut report: RunReport = serde_json::from_value(serde_json::json!({
-            "schema": crate::report::SCHEMA, "tool_version": "test", "started_unix_secs": 0,
-            "command": [], "machine": crate::report::Machine::default(), "server_versions": [],
-            "config": {"servers": ["127.0.0.1:1"], "connections": 1, "pipeline": 1,
-                       "threads": 1, "mode": {"kind": "closed"},
-                       "stop": {"duration": {"secs": 5.0}}, "warmup_secs": 0.0,
-                       "generator_cpus": [], "seed": 1},
-            "workload": {"key_count": 1, "key_prefix": "k", "key_len": 2,
-                         "popularity": {"kind": "uniform"}, "get_ratio": 1.0, "multiget": 1,
-                         "value_size": "1", "ttl_secs": 0, "set_on_miss": false,
-                         "preloaded": 0},
-            "results": crate::report::Results::default(),
-        }))
-        .expect("a minimal report");
+        let mut report = crate::report::minimal_report(5.0);
         report.results.measured_secs = 5.0;
         report.results.timeline = (0..5)
             .map(|i| crate::report::SecondReport {
