@@ -79,7 +79,11 @@ pub struct CapacityReport {
     pub machine: Machine,
 }
 
-fn stat(stats: &std::collections::BTreeMap<String, String>, name: &str) -> anyhow::Result<u64> {
+/// A numeric field of a server's `stats` reply.
+pub(crate) fn stat(
+    stats: &std::collections::BTreeMap<String, String>,
+    name: &str,
+) -> anyhow::Result<u64> {
     stats
         .get(name)
         .with_context(|| format!("server stats lack {name:?}"))?

@@ -16,7 +16,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use serde::{Deserialize, Serialize};
@@ -108,13 +108,7 @@ pub struct HitRatioReport {
     pub machine: Machine,
 }
 
-fn stat(stats: &std::collections::BTreeMap<String, String>, name: &str) -> anyhow::Result<u64> {
-    stats
-        .get(name)
-        .with_context(|| format!("server stats lack {name:?}"))?
-        .parse()
-        .with_context(|| format!("stat {name:?} is not a number"))
-}
+use crate::capacity::stat;
 
 /// One request of the sequence: a key and whether it belongs to a scan.
 struct Get {
