@@ -21,7 +21,7 @@ pub mod autoscale;
 pub mod hit_ratio;
 mod timeline;
 pub use timeline::Mark;
-use timeline::{draw_hit_ratio, draw_marks, draw_p99_timeline, timeline_secs};
+use timeline::{draw_hit_ratio, draw_marks, draw_p99_timeline, has_second_points, timeline_secs};
 
 /// Fonts tried, in order, when `--font` is not given (Debian: fonts-dejavu-core).
 pub const FONT_CANDIDATES: [&str; 4] = [
@@ -163,13 +163,10 @@ pub fn render_marked(
     ensure_font(font)?;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let mut names = vec![Chart::Latency, Chart::Throughput];
-    if series.iter().any(|(_, r)| !r.results.timeline.is_empty()) {
+    // A run shorter than a drawable second (only a sliver of one) has no per-second chart.
+    if has_second_points(series, |s| s.p99_us) {
         names.push(Chart::LatencyTimeline);
-        if series
-            .iter()
-            .flat_map(|(_, r)| &r.results.timeline)
-            .any(|s| s.hit_ratio().is_some())
-        {
+        if has_second_points(series, |s| s.hit_ratio()) {
             names.push(Chart::HitRatio);
         }
     }
