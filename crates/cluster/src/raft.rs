@@ -322,6 +322,22 @@ impl RaftGroup {
             .map_err(|e| RaftGroupError::Raft(e.to_string()))
     }
 
+    /// Whether the membership committed as this replica knows it counts it as a voter. A
+    /// cell that leaves the ring stops only once this is false (a majority of the voters
+    /// left then holds a membership without it), or the cells left could be short of a
+    /// quorum for good. Latest but uncommitted memberships do not count: a leader that
+    /// stepped down may hold one that will never be committed.
+    pub async fn votes(&self) -> Result<bool, RaftGroupError> {
+        let id = self.id;
+        self.raft
+            .with_raft_state(move |state| {
+                let committed = state.membership_state.committed();
+                committed.membership().voter_ids().any(|v| v == id)
+            })
+            .await
+            .map_err(|e| RaftGroupError::Raft(e.to_string()))
+    }
+
     /// The leader's node id, as this replica last heard.
     pub fn leader(&self) -> Option<RaftNodeId> {
         self.raft.metrics().borrow().current_leader

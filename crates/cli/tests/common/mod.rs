@@ -51,6 +51,12 @@ pub fn auth_file(text: &str) -> String {
     path.to_string_lossy().into_owned()
 }
 
+/// The log level of the cells a test starts: `warn`, or `CELLCACHE_TEST_LOG` (a filter such
+/// as `info,openraft=info`) to see what the cells did in a failing test.
+pub fn cell_log_level() -> String {
+    std::env::var("CELLCACHE_TEST_LOG").unwrap_or_else(|_| "warn".into())
+}
+
 /// memcached's text login for `user` and `password`: a `set` whose data is "user password".
 pub fn login(user: &str, password: &str) -> Vec<u8> {
     let token = format!("{user} {password}");
@@ -218,7 +224,7 @@ impl Server {
                 if let Some(engine) = io_engine() {
                     c.args(["--io-engine", &engine]);
                 }
-                c.env("CELLCACHE_LOG__LEVEL", "warn");
+                c.env("CELLCACHE_LOG__LEVEL", cell_log_level());
                 // Each server its own membership file (none left for a later run's port).
                 c.env("CELLCACHE_CLUSTER__STATE_DIR", state_dir(port));
                 let port = admin_port_in(extra).unwrap_or_else(|| {
@@ -281,7 +287,7 @@ impl Server {
         if let Some(engine) = io_engine() {
             cmd.args(["--io-engine", &engine]);
         }
-        cmd.env("CELLCACHE_LOG__LEVEL", "warn")
+        cmd.env("CELLCACHE_LOG__LEVEL", cell_log_level())
             .env("CELLCACHE_CLUSTER__STATE_DIR", dir)
             .args(extra)
             .stdin(Stdio::null())

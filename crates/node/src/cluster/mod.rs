@@ -132,7 +132,10 @@ pub struct Cluster {
     /// Snapshot streams running, by target and range. Lock order: a leaf lock, see
     /// [`Cluster`].
     streams: Mutex<streams::Running>,
+    /// A reconciliation of the consensus membership runs ([`Cluster::reconcile_membership`]).
     reconciling: AtomicBool,
+    /// A reconciliation was asked for since the running pass read the map.
+    reconcile_wanted: AtomicBool,
     /// A catch-up with the voters' maps runs (see [`catchup`]).
     catching_up: AtomicBool,
     /// When the last catch-up started ([`Cluster::now_ms`]; 0: never).
@@ -331,6 +334,7 @@ impl Cluster {
             raft_ids: Mutex::new(HashMap::new()),
             streams: Mutex::new(BTreeMap::new()),
             reconciling: AtomicBool::new(false),
+            reconcile_wanted: AtomicBool::new(false),
             catching_up: AtomicBool::new(false),
             catch_up_at: AtomicU64::new(0),
             leaving: AtomicBool::new(false),
@@ -432,6 +436,7 @@ impl Cluster {
         // A map the group applied is installed at once: every cell of a flip waiting for
         // its next tick added up to a tick to what the moved range's clients wait.
         let changed = self.raft.get().map(|r| r.map_changed());
+        let mut leading = false;
         loop {
             match &changed {
                 Some(changed) => tokio::select! {
@@ -447,6 +452,13 @@ impl Cluster {
                 if committed.epoch() > self.epoch() {
                     self.install_map(committed);
                 }
+                // A new leader makes the membership follow the map at once: the one before
+                // may have stopped (left the ring) between a map change and its reconciling.
+                let leads = raft.leader() == Some(raft.id());
+                if leads && !leading {
+                    self.reconcile_membership();
+                }
+                leading = leads;
             }
             let now = self.now_ms();
             let (outputs, wait) = {
@@ -708,6 +720,7 @@ impl Cluster {
                     let cl = self.clone();
                     self.handle.spawn(async move {
                         tokio::time::sleep(linger).await;
+                        cl.leave_the_voters().await;
                         cl.cell.shutdown.trigger();
                     });
                 }

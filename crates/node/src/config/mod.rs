@@ -128,6 +128,9 @@ pub struct ClusterConfig {
     /// from the refusal and sends the request to the new master, rather than losing it
     /// with the connection.
     pub leave_linger_ms: u64,
+    /// After the linger, a leaving cell waits at most this long for the consensus group to
+    /// stop counting it as a voter before it stops (so the cells left keep a quorum).
+    pub leave_voters_wait_ms: u64,
     /// Bytes of frames queued for one peer connection and not yet written, each way: a link
     /// past it refuses new requests at once (the caller routes them again) and drops one-way
     /// frames; the peer listener stops reading a connection whose replies are queued past
@@ -196,6 +199,7 @@ impl Default for ClusterConfig {
             peer_connect_timeout_ms: 1_000,
             peer_reply_timeout_ms: 6_000,
             leave_linger_ms: 3_000,
+            leave_voters_wait_ms: 10_000,
             peer_queue_bytes_max: 64 << 20,
             peer_forwards_in_flight_max: 4_096,
             secret_file: String::new(),
