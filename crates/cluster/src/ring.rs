@@ -110,8 +110,12 @@ pub struct Ring {
     /// change that made it stale.
     map_valid_until_ms: u64,
     /// Hashes taken over from a departed cell, and when they may first be served: a departed
-    /// cell that is really a partitioned zombie has stopped serving by then.
-    acquired: Vec<(HashRange, u64)>,
+    /// cell that is really a partitioned zombie has stopped serving by then. A cell that
+    /// leaves alive ends the wait for itself sooner (see [`departures`]).
+    acquired: Vec<departures::Acquired>,
+    /// Per cell, the newest map epoch at which it released every lease it held from this
+    /// cell: proof it stopped serving for good if it was leaving in that map.
+    released_all: BTreeMap<CellId, u64>,
     outputs: Vec<Output>,
     /// The maps installed before `map`, oldest first, at most [`RECENT_MAPS_MAX`]: what a
     /// message stamped with an older epoch is judged by ([`Ring::master_ranges`]).
@@ -146,6 +150,7 @@ impl Ring {
             leave_requested: false,
             map_valid_until_ms: 0,
             acquired: Vec::new(),
+            released_all: BTreeMap::new(),
             outputs: Vec::new(),
             recent: VecDeque::new(),
         };
@@ -201,6 +206,7 @@ impl Ring {
         }
         self.recent.push_back(old.clone());
         self.adopt(map, Some(old), served, now_ms);
+        self.end_waits_for_stopped();
         // Heartbeat and confirm now, not at the next tick, so leases under the new map
         // arrive within one round trip.
         if !self.fenced {
@@ -246,89 +252,6 @@ impl Ring {
         if epoch == self.map.epoch() {
             let until = sent_at_ms.saturating_add(self.config.map_lease_ms);
             self.map_valid_until_ms = self.map_valid_until_ms.max(until);
-        }
-    }
-
-    /// Parts of `new` (this cell's range in `map`) it did not master under `old` and must
-    /// wait for, see `acquired`.
-    ///
-    /// No wait for a part that came from a cell still alive in `map`, if no cell departed in
-    /// between: a division child or a shift's receiver. Its giver serves it only under a
-    /// lease from every backup of its own, and those keep the two apart: moving down, the
-    /// receiver is the giver's first backup, and its own grants to the giver keep it from
-    /// serving the part until the giver released them; moving up (and to a division child),
-    /// the giver's grant of the grown range, or its lease from the backup it shares with the
-    /// child, comes only under the new map, where the giver no longer masters the part.
-    fn record_acquired(
-        &mut self,
-        old: Option<&ClusterMap>,
-        map: &ClusterMap,
-        new: HashRange,
-        served: Option<HashRange>,
-        now_ms: u64,
-    ) {
-        let Some(old) = old else { return };
-        let old_range = old.cell(&self.me).and_then(|c| c.range);
-        let gained = match old_range {
-            Some(o) => new.minus(&o),
-            None => vec![new],
-        };
-        let departed = map
-            .cells()
-            .iter()
-            .any(|c| c.state != CellState::Active && c.state != CellState::Joining)
-            || map.fenced.iter().any(|id| !old.is_fenced(id));
-        let not_before = now_ms
-            .saturating_add(self.config.map_lease_ms)
-            .saturating_add(self.config.clock_drift_margin_ms);
-        for part in gained {
-            let from_live = !departed
-                && old
-                    .active_cells()
-                    .filter(|c| c.range.is_some_and(|r| r.overlaps(&part)))
-                    .all(|c| {
-                        c.id != self.me
-                            && map
-                                .cell(&c.id)
-                                .is_some_and(|c| c.state == CellState::Active)
-                    });
-            if !from_live {
-                self.acquired.push((part, not_before));
-            }
-        }
-        // A departed cell may be a zombie on any older map, serving what it mastered there
-        // until that map's confirmation lapses: not only the range it had last. (A cell of a
-        // ring of one has no backup to stop it; the simulator found its division child,
-        // alone once the parent was fenced, serving the half it had never got a lease for
-        // while the parent, still on the map before the flip, served it too.) Every part of
-        // my range that such a cell mastered in a map I remember is waited for — but what I
-        // could serve until now: no other cell could serve that meanwhile.
-        let gone: Vec<&CellId> = map
-            .cells()
-            .iter()
-            .filter(|c| matches!(c.state, CellState::Leaving | CellState::Dead))
-            .map(|c| &c.id)
-            .chain(map.fenced.iter().filter(|id| !old.is_fenced(id)))
-            .collect();
-        for m in self.recent.iter() {
-            for d in &gone {
-                let Some(r) = m
-                    .cell(d)
-                    .filter(|c| c.state == CellState::Active)
-                    .and_then(|c| c.range)
-                else {
-                    continue;
-                };
-                for part in r.intersect(&new) {
-                    let unserved = match served {
-                        Some(s) => part.minus(&s),
-                        None => vec![part],
-                    };
-                    for p in unserved {
-                        self.acquired.push((p, not_before));
-                    }
-                }
-            }
         }
     }
 
@@ -544,7 +467,7 @@ impl Ring {
             gs.retain(|g| now_ms < g.expires_ms);
         }
         self.grants.retain(|_, gs| !gs.is_empty());
-        self.acquired.retain(|(_, not_before)| now_ms < *not_before);
+        self.acquired.retain(|a| now_ms < a.not_before_ms);
         self.answer_deferred(now_ms);
         let due = self
             .last_heartbeat_ms
@@ -761,6 +684,7 @@ impl Ring {
     }
 }
 
+mod departures;
 mod interface;
 mod leases;
 mod shift;

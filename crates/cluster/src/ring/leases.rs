@@ -111,6 +111,9 @@ impl Ring {
                 keep,
             } => {
                 self.note_epoch(&from, epoch);
+                if before_ms.is_some() && keep.is_none() {
+                    self.note_released_all(&from, epoch);
+                }
                 let Some(before_ms) = before_ms else {
                     self.grants.remove(&from);
                     self.deferred.remove(&from);
@@ -258,7 +261,7 @@ impl Ring {
         let departed = self
             .acquired
             .iter()
-            .any(|(r, not_before)| now_ms < *not_before && r.overlaps(&range));
+            .any(|a| now_ms < a.not_before_ms && a.range.overlaps(&range));
         let granted_away = self.grants.iter().any(|(to, gs)| {
             *to != self.me
                 && gs
@@ -291,7 +294,7 @@ impl Ring {
         if self
             .acquired
             .iter()
-            .any(|(r, not_before)| now_ms < *not_before && r.overlaps(&range))
+            .any(|a| now_ms < a.not_before_ms && a.range.overlaps(&range))
         {
             return false;
         }

@@ -68,3 +68,76 @@ fn what_a_cell_could_serve_does_not_wait_for_a_departed_cell() {
     );
     assert!(!b.can_serve(0, 11), "the departed cell's range waits");
 }
+
+/// The map in which cell 1 of `map` leaves (its absorption into cell 2 begins).
+fn one_leaves(map: &ClusterMap) -> ClusterMap {
+    applied(
+        map,
+        Change::BeginAbsorption {
+            departed: id("1"),
+            reason: AbsorptionReason::Leaving,
+        },
+    )
+}
+
+/// A cell that leaves alive releases its leases as soon as it sees itself leaving; that
+/// release ends its successor's wait, a round trip after the map instead of the map lease
+/// plus the drift margin later (two seconds of stalled clients per absorption before).
+#[test]
+fn a_leaving_cells_release_ends_its_successors_wait() {
+    let cfg = RingConfig::default();
+    let (mut a, mut b, map) = two_serving(cfg);
+    let leaving = one_leaves(&map);
+    b.install_map(leaving.clone(), 10);
+    b.map_confirmed(leaving.epoch(), 10);
+    assert!(!b.can_serve(0, 11), "the leaving cell may still serve");
+    assert!(b.serve_wait(11).unwrap().departed);
+    a.install_map(leaving, 20);
+    assert!(!a.can_serve(0, 21), "a leaving cell masters nothing");
+    exchange(&mut a, &mut b, 21);
+    assert!(
+        b.can_serve(0, 22),
+        "its release ended the wait: {:?}",
+        b.serve_wait(22)
+    );
+}
+
+/// The release may come before the successor has the map in which the sender leaves: it
+/// counts once that map is installed.
+#[test]
+fn a_release_that_overtakes_the_map_counts_once_the_map_is_installed() {
+    let cfg = RingConfig::default();
+    let (mut a, mut b, map) = two_serving(cfg);
+    let leaving = one_leaves(&map);
+    a.install_map(leaving.clone(), 10);
+    exchange(&mut a, &mut b, 11);
+    b.install_map(leaving.clone(), 20);
+    b.map_confirmed(leaving.epoch(), 20);
+    assert!(b.can_serve(0, 21), "{:?}", b.serve_wait(21));
+}
+
+/// A release proves a cell stopped only if it was leaving in the map it was sent under:
+/// one sent while the cell was still active (it may take new leases afterwards) leaves
+/// the wait to run its course.
+#[test]
+fn a_release_from_a_cell_still_active_ends_no_wait() {
+    let cfg = RingConfig::default();
+    let (_, mut b, map) = two_serving(cfg);
+    let leaving = one_leaves(&map);
+    b.install_map(leaving.clone(), 10);
+    b.map_confirmed(leaving.epoch(), 10);
+    b.step(
+        RingMessage::LeaseRelease {
+            from: id("1"),
+            epoch: map.epoch(),
+            before_ms: Some(5),
+            keep: None,
+        },
+        11,
+    );
+    assert!(!b.can_serve(0, 12), "sent while still active");
+    let wait_end = 10 + cfg.map_lease_ms + cfg.clock_drift_margin_ms;
+    b.map_confirmed(leaving.epoch(), wait_end);
+    b.tick(wait_end);
+    assert!(b.can_serve(0, wait_end), "the wait ran its course");
+}
