@@ -207,6 +207,9 @@ pub struct Autoscaler {
     division_ms: f64,
     /// Since when each pair of neighbours (giver, receiver) has been skewed (continuously).
     skewed_since: BTreeMap<(CellId, CellId), u64>,
+    /// The active cells and their shares at the previous sample: bytes that moved with a
+    /// change of shape (a division's halves, an absorption, a shift) are not a fill rate.
+    shape: Vec<(CellId, u64)>,
 }
 
 impl Autoscaler {
@@ -221,6 +224,7 @@ impl Autoscaler {
             retry_at_ms: 0,
             division_ms,
             skewed_since: BTreeMap::new(),
+            shape: Vec::new(),
         }
     }
 
@@ -326,6 +330,22 @@ impl Autoscaler {
         }
         self.tracks
             .retain(|id, _| obs.cells.iter().any(|c| &c.id == id));
+        // A parent that hands half its range to a child drops half its bytes: taken for a
+        // trend, the ring would look as if it shrank for a window after every division
+        // (the 1 -> N -> 1 run balanced while it grew). The samples around a change of shape
+        // start new intervals; the smoothed rates carry on.
+        let shape: Vec<(CellId, u64)> = obs
+            .cells
+            .iter()
+            .filter(|c| c.active)
+            .map(|c| (c.id.clone(), c.share.to_bits()))
+            .collect();
+        if shape != self.shape {
+            for t in self.tracks.values_mut() {
+                t.last = None;
+            }
+            self.shape = shape;
+        }
         for c in obs.cells {
             let t = self.tracks.entry(c.id.clone()).or_default();
             // A joining cell fills with its hand-off, a leaving one empties: neither is a
