@@ -647,11 +647,15 @@ impl Cluster {
                 } => {
                     // The successor of this range may serve it as soon as the backup learns
                     // of the release: first deliver every write made under the lease (the
-                    // hand-off's drained tail), then release.
+                    // hand-off's drained tail), then release. Only what is queued now: the
+                    // re-replication the same map starts (its outputs come after this one)
+                    // copies stored items, and waiting for it held a division's child off
+                    // its lease for tens of milliseconds.
+                    let upto = self.repl.position();
                     let cl = self.clone();
                     self.handle.spawn(async move {
                         let budget = Duration::from_millis(cl.config.ring.lease_ms);
-                        if !cl.repl.drained(budget).await {
+                        if !cl.repl.drained(upto, budget).await {
                             tracing::warn!(to = %to, "replication tail not drained; the lease will expire instead");
                             return;
                         }

@@ -140,15 +140,22 @@ impl Replicator {
         }
     }
 
-    /// Whether every target acknowledged everything queued for it (a departing master's
-    /// tail is delivered), waiting at most `timeout`.
-    pub async fn drained(&self, timeout: Duration) -> bool {
+    /// The position of the last record queued so far (see [`Replicator::drained`]).
+    pub fn position(&self) -> u64 {
+        self.seq.load(Ordering::Acquire)
+    }
+
+    /// Whether every target acknowledged what was queued for it up to position `upto` (a
+    /// departing master's tail is delivered), waiting at most `timeout`. Records queued
+    /// after `upto` — the re-replication a map change starts, copies of what is already
+    /// stored — are not waited for.
+    pub async fn drained(&self, upto: u64, timeout: Duration) -> bool {
         let targets: Vec<(Arc<Target>, u64)> = self
             .layout
             .lock()
             .targets
             .values()
-            .map(|t| (t.clone(), self.seq.load(Ordering::Acquire)))
+            .map(|t| (t.clone(), upto))
             .collect();
         let deadline = Instant::now() + timeout;
         loop {
