@@ -191,7 +191,7 @@ pub enum KeysError {
     /// No key at all.
     #[error("no keys")]
     Empty,
-    /// A key is empty, too long or contains a control byte.
+    /// A key is empty, too long or contains a CR, LF or NUL.
     #[error("invalid key")]
     InvalidKey,
     /// More keys than allowed.
@@ -204,13 +204,14 @@ impl<'a> Keys<'a> {
     /// the command and exptime), validated against the limits.
     pub fn new(text: &'a [u8], key_bytes_max: usize, count_max: usize) -> Result<Self, KeysError> {
         // Two vectorisable passes instead of a branchy byte loop (this is
-        // the hot path of every get): one folds a "control byte seen" flag
+        // the hot path of every get): one folds a "CR, LF or NUL seen" flag
         // over the text without short-circuiting, so it compiles to SIMD;
-        // the other finds the spaces with memchr and bounds each key.
-        let has_control = text
-            .iter()
-            .fold(false, |seen, &b| seen | (b < b' ') | (b == 0x7f));
-        if has_control {
+        // the other finds the spaces with memchr and bounds each key. Other
+        // control bytes belong to the keys, as in memcached.
+        let forbidden = text.iter().fold(false, |seen, &b| {
+            seen | (b == b'\r') | (b == b'\n') | (b == 0)
+        });
+        if forbidden {
             return Err(KeysError::InvalidKey);
         }
         let mut count = 0;

@@ -127,11 +127,20 @@ pub fn write_i64(out: &mut Vec<u8>, value: i64) {
     write_u64(out, value.unsigned_abs());
 }
 
-/// Whether `key` is acceptable: 1..=`max` bytes, none of them a control
-/// byte or space (memcached's protocol.txt "Keys"). Bytes >= 0x80 are allowed (UTF-8 keys).
+/// Whether `key` is acceptable: 1..=`max` bytes, none of them a space, CR, LF or NUL —
+/// what memcached's parser splits lines and tokens on (it reads a line up to its first
+/// NUL). Other control bytes are part of the key,
+/// as in memcached (protocol.txt asks clients not to send them, yet Debian's own load tool,
+/// memcaslap, starts every key with eight of them); bytes >= 0x80 too (UTF-8 keys).
 #[inline]
 pub fn key_is_valid(key: &[u8], max: usize) -> bool {
-    !key.is_empty() && key.len() <= max && key.iter().all(|&b| b > b' ' && b != 0x7f)
+    !key.is_empty() && key.len() <= max && key.iter().all(|&b| !forbidden_in_key(b))
+}
+
+/// The bytes no text key may hold: the token separator, the line end's, and NUL.
+#[inline]
+fn forbidden_in_key(b: u8) -> bool {
+    b == b' ' || b == b'\r' || b == b'\n' || b == 0
 }
 
 const BASE64_ALPHABET: &[u8; 64] =
@@ -255,8 +264,18 @@ mod tests {
         assert!(key_is_valid(b"user:42", 250));
         assert!(key_is_valid("ключ".as_bytes(), 250));
         assert!(!key_is_valid(b"", 250));
-        assert!(!key_is_valid(b"a\tb", 250));
-        assert!(!key_is_valid(b"a\x7f", 250));
+        // Control bytes are part of a key, as in memcached (memcaslap's keys start with
+        // eight of them); the separators are not.
+        assert!(key_is_valid(b"a\tb", 250));
+        assert!(key_is_valid(b"a\x7f", 250));
+        assert!(key_is_valid(
+            b"\x10\x10\x10\x10\x10\x10\x10\x10nr9zdNVpql",
+            250
+        ));
+        assert!(!key_is_valid(b"a\x00b", 250));
+        assert!(!key_is_valid(b"a b", 250));
+        assert!(!key_is_valid(b"a\rb", 250));
+        assert!(!key_is_valid(b"a\nb", 250));
         assert!(!key_is_valid(&[b'k'; 251], 250));
         assert!(key_is_valid(&[b'k'; 250], 250));
     }
