@@ -385,34 +385,15 @@ mod tests {
             "needs --shrink-at"
         );
         // The engine refuses what a growing data set cannot honour.
-        let cli = Cli::try_parse_from([
-            "bench",
-            "--server",
-            "127.0.0.1:1",
-            "--grow",
-            "--set-on-miss",
-        ])
-        .unwrap();
-        let workload = cli.bench.load.workload().unwrap();
-        let config = cli
-            .bench
-            .load
-            .engine_config(resolve_servers(&cli.bench.servers).unwrap());
-        assert!(config.validate(&workload).is_err());
-        let cli = Cli::try_parse_from([
-            "bench",
-            "--server",
-            "127.0.0.1:1",
-            "--grow",
-            "--popularity",
-            "zipf",
-        ])
-        .unwrap();
-        let workload = cli.bench.load.workload().unwrap();
-        let config = cli
-            .bench
-            .load
-            .engine_config(resolve_servers(&cli.bench.servers).unwrap());
-        assert!(config.validate(&workload).is_err());
+        for extra in [&["--set-on-miss"][..], &["--popularity", "zipf"]] {
+            let args = ["bench", "--server", "127.0.0.1:1", "--grow"];
+            let cli = Cli::try_parse_from(args.iter().chain(extra)).unwrap();
+            let workload = cli.bench.load.workload().unwrap();
+            let config = cli
+                .bench
+                .load
+                .engine_config(resolve_servers(&cli.bench.servers).unwrap());
+            assert!(config.validate(&workload).is_err(), "{extra:?}");
+        }
     }
 }
