@@ -255,6 +255,9 @@ pub enum BenchCommand {
     HitRatioPlot(crate::plot::hit_ratio::HitRatioPlotArgs),
     /// Side by side: memcached (A) against cellcache (B), interleaved repetitions, ratios B/A.
     Compare(Box<crate::CompareArgs>),
+    /// A server on a cell's I/O engine that answers every text request with a fixed reply
+    /// and no store: the limit a cell is compared with (`bench compare --a-cmd`).
+    Echo(crate::echo::EchoArgs),
 }
 
 /// Resolves `HOST:PORT` strings to socket addresses.

@@ -168,6 +168,10 @@ pub struct CompareRun {
     pub side: String,
     pub repetition: usize,
     pub result: SideResult,
+    /// The server process's user + system CPU seconds over the load's measured phase
+    /// (`crate::server_cpu`); absent for capacity runs and in reports made before it.
+    #[serde(default)]
+    pub server_cpu_secs: Option<f64>,
 }
 
 /// The whole comparison.
@@ -422,19 +426,32 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<CompareReport> {
                 args.repetitions,
                 server.addr
             );
-            let result = match args.experiment {
+            let (result, server_cpu_secs) = match args.experiment {
                 Experiment::Load => {
-                    SideResult::Load(Box::new(crate::run_load(&[server.addr], load, false)?))
+                    let sampler = crate::server_cpu::CpuSampler::start(server.child.id())
+                        .context("starting the server CPU sampler")?;
+                    let report = crate::run_load(&[server.addr], load, false);
+                    let samples = sampler.finish();
+                    let report = report?;
+                    let from = report.results.measure_started_unix_secs;
+                    let cpu = crate::server_cpu::cpu_between(
+                        &samples,
+                        from,
+                        from + report.results.measured_secs,
+                    );
+                    (SideResult::Load(Box::new(report)), cpu)
                 }
-                Experiment::Capacity => {
-                    SideResult::Capacity(Box::new(capacity::measure(server.addr, &args.capacity)?))
-                }
+                Experiment::Capacity => (
+                    SideResult::Capacity(Box::new(capacity::measure(server.addr, &args.capacity)?)),
+                    None,
+                ),
             };
             drop(server);
             runs.push(CompareRun {
                 side: side.clone(),
                 repetition,
                 result,
+                server_cpu_secs,
             });
         }
     }
@@ -459,9 +476,9 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<CompareReport> {
     })
 }
 
-/// The metrics compared, extracted from one side's result.
-fn metrics_of(result: &SideResult) -> Vec<(String, f64)> {
-    match result {
+/// The metrics compared, extracted from one side's run.
+fn metrics_of(run: &CompareRun) -> Vec<(String, f64)> {
+    match &run.result {
         SideResult::Capacity(c) => vec![
             ("items_held".into(), c.items_held as f64),
             ("bytes_per_item".into(), c.bytes_per_item),
@@ -476,6 +493,12 @@ fn metrics_of(result: &SideResult) -> Vec<(String, f64)> {
             ];
             if let Some(h) = res.all.hit_ratio {
                 m.push(("hit_ratio".into(), h));
+            }
+            let replies = res.all.throughput_rps * res.measured_secs;
+            if let Some(cpu) = run.server_cpu_secs.filter(|&c| c > 0.0 && replies > 0.0) {
+                m.push(("server_cpu_secs".into(), cpu));
+                m.push(("replies_per_server_cpu_sec".into(), replies / cpu));
+                m.push(("server_cpu_us_per_reply".into(), cpu * 1e6 / replies));
             }
             let mut ops: Vec<(&str, &crate::report::OpReport)> = vec![("all", &res.all)];
             ops.extend(res.ops.iter().map(|(k, v)| (k.as_str(), v)));
@@ -503,7 +526,7 @@ pub fn compare_metrics(runs: &[CompareRun], a: &str, b: &str) -> Vec<MetricCompa
     let side = |name: &str| -> Vec<Vec<(String, f64)>> {
         runs.iter()
             .filter(|r| r.side == name)
-            .map(|r| metrics_of(&r.result))
+            .map(metrics_of)
             .collect()
     };
     let (a_runs, b_runs) = (side(a), side(b));
@@ -649,21 +672,25 @@ mod tests {
                 side: "a".into(),
                 repetition: 0,
                 result: cap(10),
+                server_cpu_secs: None,
             },
             CompareRun {
                 side: "b".into(),
                 repetition: 0,
                 result: cap(15),
+                server_cpu_secs: None,
             },
             CompareRun {
                 side: "a".into(),
                 repetition: 1,
                 result: cap(10),
+                server_cpu_secs: None,
             },
             CompareRun {
                 side: "b".into(),
                 repetition: 1,
                 result: cap(20),
+                server_cpu_secs: None,
             },
         ];
         let metrics = compare_metrics(&runs, "a", "b");

@@ -11,7 +11,9 @@
 //! `cellcache-proto`'s codec, bounded by [`wire`]'s limits) →
 //! [`stats`] (histograms, counters) → [`report`] (JSON, table) → [`plot`]. [`client`] is the
 //! blocking control connection (readiness, stats, preload); [`capacity`] and [`compare`] are the
-//! experiments built on top, and [`hitratio`] the deterministic cache-aside hit-ratio run; [`affinity`] pins threads; [`tls`] is `--tls` (rustls client
+//! experiments built on top, [`hitratio`] the deterministic cache-aside hit-ratio run, and
+//! [`echo`] the fixed-reply server on a cell's own I/O engine that a cell is measured
+//! against; [`affinity`] pins threads; [`tls`] is `--tls` (rustls client
 //! configuration; the engine and the control client carry the sessions).
 
 // The calls into the OS (CPU affinity, thread CPU time, timerfd) go through rustix's and nix's
@@ -23,11 +25,13 @@ pub mod args;
 pub mod capacity;
 pub mod client;
 pub mod compare;
+pub mod echo;
 pub mod engine;
 pub mod hitratio;
 pub mod plot;
 pub mod report;
 pub mod schedule;
+pub mod server_cpu;
 pub mod stats;
 pub mod timer;
 pub mod tls;
@@ -73,6 +77,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         Some(BenchCommand::HitRatio(h)) => return hitratio::run(h),
         Some(BenchCommand::HitRatioPlot(p)) => return plot::hit_ratio::run(p),
         Some(BenchCommand::Compare(compare)) => return run_compare(*compare),
+        Some(BenchCommand::Echo(echo)) => return echo::run(echo),
         None => {}
     }
     let servers = args::resolve_servers(&args.servers)?;
