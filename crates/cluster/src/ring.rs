@@ -189,6 +189,17 @@ impl Ring {
         self.leases_allow(HashRange::new(hash, hash), now_ms)
     }
 
+    /// Whether this cell may answer for every hash of the range it masters at `now_ms`; when
+    /// it may, [`Ring::can_serve`] holds for each of them, so a request of many keys checks
+    /// once instead of once per key (and per key only when this says no: part of the range
+    /// may still be servable).
+    pub fn can_serve_master_range(&self, now_ms: u64) -> bool {
+        self.map
+            .cell(&self.me)
+            .and_then(|c| c.range)
+            .is_some_and(|range| self.can_serve_all(range, now_ms))
+    }
+
     /// Installs a committed map. Older or equal epochs are ignored.
     pub fn install_map(&mut self, map: ClusterMap, now_ms: u64) {
         if self.fenced || map.epoch() <= self.map.epoch() {

@@ -141,3 +141,49 @@ fn a_release_from_a_cell_still_active_ends_no_wait() {
     b.tick(wait_end);
     assert!(b.can_serve(0, wait_end), "the wait ran its course");
 }
+
+/// `can_serve_master_range` (one check for a request of many keys) never says yes where a
+/// key of the range could not be served: sampled hashes of the range, at moments around
+/// lease expiry and a departed neighbour's wait. And it says no when part of the range
+/// waits, even though the rest may be served key by key.
+#[test]
+fn the_whole_range_check_implies_every_hash_of_it() {
+    let cfg = RingConfig::default();
+    let (_, mut b, map) = two_serving(cfg);
+    let mine = map.cell(&id("2")).unwrap().range.unwrap();
+    let samples = |r: cellcache_keyspace::HashRange| {
+        let mid = r.start.wrapping_add(r.end.wrapping_sub(r.start) / 2);
+        [
+            r.start,
+            r.start.wrapping_add(1),
+            mid,
+            r.end.wrapping_sub(1),
+            r.end,
+        ]
+    };
+    let check = |ring: &Ring, range, now| {
+        if ring.can_serve_master_range(now) {
+            for h in samples(range) {
+                assert!(ring.can_serve(h, now), "hash {h:#x} at {now}");
+            }
+        }
+    };
+    assert!(b.can_serve_master_range(5), "both leases in place");
+    for now in [5, cfg.lease_ms / 2, cfg.lease_ms, cfg.lease_ms * 2] {
+        check(&b, mine, now);
+    }
+    assert!(
+        !b.can_serve_master_range(cfg.lease_ms * 2),
+        "unrenewed leases lapse"
+    );
+    let fenced = applied(&map, Change::Fence { cell: id("1") });
+    b.install_map(fenced.clone(), 10);
+    b.map_confirmed(fenced.epoch(), 10);
+    let whole = fenced.cell(&id("2")).unwrap().range.unwrap();
+    assert!(b.can_serve(mine.start, 11), "its own part, key by key");
+    assert!(
+        !b.can_serve_master_range(11),
+        "but not the whole range: the departed cell's part waits"
+    );
+    check(&b, whole, 11);
+}
