@@ -250,31 +250,48 @@ fn retrieve(
         touch: r.touch_exptime.map(|t| Expiry::from_protocol(t, now)),
         ..ReadOptions::default()
     };
-    for key in r.keys.iter() {
+    // Runs under the store's lock: the reply only; counting and `stats detail` after.
+    let mut answer = |key: &[u8], item: cellcache_store::ItemView<'_>| {
+        let cas = r.return_cas.then(|| cas_out(cell, item.cas));
+        cellcache_proto::write_value_header(out, key, item.flags, item.value.len(), cas);
+        out.extend_from_slice(item.value);
+        cellcache_proto::write_value_end(out);
+    };
+    let mut count = |key: &[u8], hit: bool| {
         counters.cmd_get += 1;
-        if opts.touch.is_some() {
-            counters.cmd_touch += 1;
-        }
-        let hit = cell
-            .store
-            .read(key, now, opts, |item| {
-                let cas = r.return_cas.then(|| cas_out(cell, item.cas));
-                cellcache_proto::write_value_header(out, key, item.flags, item.value.len(), cas);
-                out.extend_from_slice(item.value);
-                cellcache_proto::write_value_end(out);
-            })
-            .is_some();
         cell.detail.record(key, DetailOp::Get { hit });
-        if hit {
-            counters.get_hits += 1;
-            if opts.touch.is_some() {
+        match (hit, opts.touch.is_some()) {
+            (true, false) => counters.get_hits += 1,
+            (false, false) => counters.get_misses += 1,
+            (true, true) => {
+                counters.cmd_touch += 1;
+                counters.get_hits += 1;
                 counters.touch_hits += 1;
             }
-        } else {
-            counters.get_misses += 1;
-            if opts.touch.is_some() {
+            (false, true) => {
+                counters.cmd_touch += 1;
+                counters.get_misses += 1;
                 counters.touch_misses += 1;
             }
+        }
+    };
+    if r.keys.len() > 1 {
+        // Many keys: read together, so their cache misses overlap (Store::read_many).
+        let keys: Vec<&[u8]> = r.keys.iter().collect();
+        let mut hits = vec![false; keys.len()];
+        cell.store.read_many(&keys, now, opts, |i, item| {
+            if let Some(item) = item {
+                hits[i] = true;
+                answer(keys[i], item);
+            }
+        });
+        for (key, hit) in keys.iter().zip(hits) {
+            count(key, hit);
+        }
+    } else {
+        for key in r.keys.iter() {
+            let hit = cell.store.read(key, now, opts, |item| answer(key, item));
+            count(key, hit.is_some());
         }
     }
     out.extend_from_slice(lines::END);

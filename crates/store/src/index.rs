@@ -102,6 +102,14 @@ impl Index {
         (f + self.buckets - bucket) % self.buckets
     }
 
+    /// Reads a word of each of the probe's buckets so that their cache lines are on their
+    /// way before [`Index::find`] needs them (a multi-key read asks for many keys' lines
+    /// before it waits for any). The value means nothing; fold it into
+    /// [`std::hint::black_box`] so the loads stay.
+    pub fn touch(&self, p: Probe) -> u64 {
+        self.slots[p.b1 * SLOTS_PER_BUCKET] ^ self.slots[p.b2 * SLOTS_PER_BUCKET]
+    }
+
     /// Slot numbers whose tag matches, in probe order; `visit` returns true to stop (found).
     pub fn find(&self, p: Probe, mut visit: impl FnMut(usize, u64) -> bool) -> Option<usize> {
         for b in [p.b1, p.b2] {

@@ -31,6 +31,11 @@ use crate::ops::*;
 use crate::shard::{Ctx, Shard};
 use crate::slab::SlabId;
 use crate::stats::Stats;
+
+/// Keys of a [`Store::read_many`] whose memory is asked for together before the first of
+/// them is read. Enough misses to keep a core's line-fill buffers busy (10 – 16 on current
+/// x86 cores) while the group's hashes fit in a stack array and its lock is held briefly.
+pub const READ_AHEAD_KEYS: usize = 16;
 use cellcache_keyspace::HashRange;
 
 mod tier;
@@ -181,9 +186,11 @@ impl Store {
     }
 
     fn shard(&self, hash: u64) -> &Mutex<Shard> {
-        let i =
-            ((u128::from(hash.wrapping_mul(MIX_SHARD)) * self.shards.len() as u128) >> 64) as usize;
-        &self.shards[i]
+        &self.shards[self.shard_index(hash)]
+    }
+
+    fn shard_index(&self, hash: u64) -> usize {
+        ((u128::from(hash.wrapping_mul(MIX_SHARD)) * self.shards.len() as u128) >> 64) as usize
     }
 
     /// get / gets: runs `f` on the item if present, and marks it fetched.
@@ -202,6 +209,62 @@ impl Store {
         self.maybe_flush(now);
         let h = crate::key_hash(key);
         self.shard(h).lock().read(h, key, now, opts, &self.ctx(), f)
+    }
+
+    /// [`Store::read`] of every key of `keys`, in order, calling `each(i, Some(item))` for a
+    /// hit on `keys[i]` and `each(i, None)` for a miss, under the shard's lock as `read`'s
+    /// callback runs. The same reads with the same effects (fetched marks, touches, expiry),
+    /// made faster for a multi-key get: for [`READ_AHEAD_KEYS`] keys at a time that share a
+    /// shard (all of them in the default shared layout) the lock is taken once, and the
+    /// index buckets of all of them, then the items their tags point at, are asked for
+    /// before the first is read — so their cache misses overlap instead of following one
+    /// another. Keys of different shards in one group are read one by one.
+    pub fn read_many(
+        &self,
+        keys: &[&[u8]],
+        now: u32,
+        opts: ReadOptions,
+        mut each: impl FnMut(usize, Option<ItemView<'_>>),
+    ) {
+        self.maybe_flush(now);
+        let ctx = self.ctx();
+        for (group, chunk) in keys.chunks(READ_AHEAD_KEYS).enumerate() {
+            let mut hashes = [0u64; READ_AHEAD_KEYS];
+            for (h, key) in hashes.iter_mut().zip(chunk) {
+                *h = crate::key_hash(key);
+            }
+            let hashes = &hashes[..chunk.len()];
+            let first = self.shard_index(hashes[0]);
+            let one_shard = hashes.iter().all(|&h| self.shard_index(h) == first);
+            let base = group * READ_AHEAD_KEYS;
+            if one_shard {
+                let mut shard = self.shards[first].lock();
+                let mut touched = 0;
+                for &h in hashes {
+                    touched ^= shard.touch_buckets(h);
+                }
+                for &h in hashes {
+                    touched ^= shard.touch_items(h);
+                }
+                std::hint::black_box(touched);
+                for (j, (&h, key)) in hashes.iter().zip(chunk).enumerate() {
+                    let hit =
+                        shard.read(h, key, now, opts, &ctx, |item| each(base + j, Some(item)));
+                    if hit.is_none() {
+                        each(base + j, None);
+                    }
+                }
+            } else {
+                for (j, (&h, key)) in hashes.iter().zip(chunk).enumerate() {
+                    let mut shard = self.shards[self.shard_index(h)].lock();
+                    let hit =
+                        shard.read(h, key, now, opts, &ctx, |item| each(base + j, Some(item)));
+                    if hit.is_none() {
+                        each(base + j, None);
+                    }
+                }
+            }
+        }
     }
 
     /// set/add/replace/append/prepend/cas.

@@ -5,7 +5,8 @@
 //! something — nothing, in which case the model forgets it too (an evicted key is simply
 //! absent). A key the model lacks must never appear. Then both apply the operation and must
 //! report the same outcome. Live switches of the eviction policy are among the operations: they
-//! must change nothing a client can see.
+//! must change nothing a client can see. Multi-key gets go through `Store::read_many`, which
+//! reads groups of keys ahead together; each key must get what a get of its own would.
 
 use std::collections::HashMap;
 
@@ -57,6 +58,10 @@ enum Op {
     Touch {
         k: u8,
         ttl: i64,
+    },
+    /// A multi-key get through `Store::read_many` (groups read ahead together).
+    GetMany {
+        ks: Vec<u8>,
     },
     Get {
         k: u8,
@@ -110,7 +115,8 @@ fn ops(keys: u8, max_len: usize) -> impl Strategy<Value = Op> {
         2 => (k.clone(), prop_oneof![Just(1u64), Just(u64::MAX), any::<u64>()]).prop_map(|(k, d)| Op::Incr { k, d }),
         2 => (k.clone(), prop_oneof![Just(1u64), Just(u64::MAX), any::<u64>()]).prop_map(|(k, d)| Op::Decr { k, d }),
         1 => (k.clone(), ttl).prop_map(|(k, ttl)| Op::Touch { k, ttl }),
-        4 => k.prop_map(|k| Op::Get { k }),
+        4 => k.clone().prop_map(|k| Op::Get { k }),
+        2 => proptest::collection::vec(k, 2..40).prop_map(|ks| Op::GetMany { ks }),
         1 => (0u32..8).prop_map(|secs| Op::Advance { secs }),
         1 => prop_oneof![Just(0u32), 1u32..10].prop_map(|delay| Op::Flush { delay }),
         1 => any::<bool>().prop_map(|s3fifo| Op::Switch { s3fifo }),
@@ -189,6 +195,7 @@ fn run(config: StoreConfig, ops: Vec<Op>, may_evict: bool) -> Result<(), TestCas
             | Op::Decr { k, .. }
             | Op::Touch { k, .. }
             | Op::Get { k } => *k,
+            Op::GetMany { ks } => ks[0],
             Op::Advance { .. } | Op::Flush { .. } | Op::Switch { .. } => 0,
         };
         let kb = key(k);
@@ -196,24 +203,31 @@ fn run(config: StoreConfig, ops: Vec<Op>, may_evict: bool) -> Result<(), TestCas
             no_bump: true,
             ..Default::default()
         };
-        let seen = store.read(&kb, now, quiet, |v| MItem {
-            value: v.value.to_vec(),
-            flags: v.flags,
-            expiry: v.expiry,
-            cas: v.cas,
-        });
-        match (&seen, model.items.get(&kb)) {
-            (Some(s), Some(m)) => prop_assert_eq!(s, m, "key {} differs", k),
-            (Some(s), None) => prop_assert!(false, "key {} resurrected as {:?}", k, s),
-            (None, Some(_)) => {
-                prop_assert!(
-                    may_evict && store.stats().evicted_items > 0,
-                    "key {} lost without eviction",
-                    k
-                );
-                model.items.remove(&kb);
+        let peeked = match &op {
+            Op::GetMany { ks } => ks.clone(),
+            _ => vec![k],
+        };
+        for k in peeked {
+            let kb = key(k);
+            let seen = store.read(&kb, now, quiet, |v| MItem {
+                value: v.value.to_vec(),
+                flags: v.flags,
+                expiry: v.expiry,
+                cas: v.cas,
+            });
+            match (&seen, model.items.get(&kb)) {
+                (Some(s), Some(m)) => prop_assert_eq!(s, m, "key {} differs", k),
+                (Some(s), None) => prop_assert!(false, "key {} resurrected as {:?}", k, s),
+                (None, Some(_)) => {
+                    prop_assert!(
+                        may_evict && store.stats().evicted_items > 0,
+                        "key {} lost without eviction",
+                        k
+                    );
+                    model.items.remove(&kb);
+                }
+                (None, None) => {}
             }
-            (None, None) => {}
         }
         let present = model.items.get(&kb).cloned();
         match op.clone() {
@@ -394,6 +408,23 @@ fn run(config: StoreConfig, ops: Vec<Op>, may_evict: bool) -> Result<(), TestCas
             Op::Get { .. } => {
                 let got = store.get(&kb, now, |v| v.value.to_vec());
                 prop_assert_eq!(got, present.map(|p| p.value));
+            }
+            Op::GetMany { ks } => {
+                let keys: Vec<Vec<u8>> = ks.iter().map(|&k| key(k)).collect();
+                let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+                let mut got = vec![None; refs.len()];
+                let mut calls = 0;
+                store.read_many(&refs, now, ReadOptions::default(), |i, item| {
+                    assert_eq!(i, calls, "answers in the keys' order");
+                    calls += 1;
+                    got[i] = item.map(|v| v.value.to_vec());
+                });
+                prop_assert_eq!(calls, refs.len(), "one answer per key");
+                let want: Vec<Option<Vec<u8>>> = keys
+                    .iter()
+                    .map(|kb| model.items.get(kb).map(|m| m.value.clone()))
+                    .collect();
+                prop_assert_eq!(got, want);
             }
             Op::Advance { secs } => now += secs,
             Op::Switch { s3fifo } => {

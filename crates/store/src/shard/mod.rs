@@ -259,6 +259,24 @@ impl Shard {
         &self.arena[loc as usize + h.key_offset..loc as usize + h.key_offset + h.key_len]
     }
 
+    /// The first stage of a read ahead: asks for the cache lines of `hash`'s index buckets
+    /// (see [`Index::touch`]; the result only feeds `black_box`).
+    pub(crate) fn touch_buckets(&self, hash: u64) -> u64 {
+        self.index.touch(self.index.probe(hash))
+    }
+
+    /// The second stage: asks for the first cache line of every item whose slot's tag
+    /// matches `hash` (the header and key [`Shard::find_slot`] compares), once the buckets
+    /// are in cache.
+    pub(crate) fn touch_items(&self, hash: u64) -> u64 {
+        let mut touched = 0;
+        self.index.find(self.index.probe(hash), |_, loc| {
+            touched ^= u64::from(self.arena[loc as usize]);
+            false
+        });
+        touched
+    }
+
     fn find_slot(&self, hash: u64, key: &[u8]) -> Option<usize> {
         let p = self.index.probe(hash);
         self.index.find(p, |_, loc| self.key_at(loc) == key)
