@@ -490,6 +490,7 @@ fn metrics_of(run: &CompareRun) -> Vec<(String, f64)> {
                 ("throughput_rps".into(), res.all.throughput_rps),
                 ("errors".into(), res.all.errors as f64),
                 ("dropped".into(), res.dropped as f64),
+                ("connections_failed".into(), res.connections_failed as f64),
             ];
             if let Some(h) = res.all.hit_ratio {
                 m.push(("hit_ratio".into(), h));

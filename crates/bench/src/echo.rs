@@ -21,8 +21,9 @@ use std::sync::Arc;
 use anyhow::Context;
 use cellcache_io::{Accepted, EngineConfig, IoEngineKind, Notify, Progress, Service, Session};
 
-/// Longest request line, terminator included (memcached's key line limit is 2048 bytes).
-pub const LINE_BYTES_MAX: usize = 2048;
+/// Longest request line, terminator included: a cell's default limit, so a multi-get the
+/// cell takes the echo server takes too.
+pub const LINE_BYTES_MAX: usize = cellcache_proto::limits::LINE_BYTES_MAX_DEFAULT;
 /// Largest data block of a storage command: memcached's default item size limit (`-I 1m`).
 pub const VALUE_BYTES_MAX: usize = 1024 * 1024;
 
@@ -263,6 +264,18 @@ mod tests {
             assert_eq!(String::from_utf8_lossy(&out), want, "chunks of {chunk}");
             assert!(closed, "quit closes (chunks of {chunk})");
         }
+    }
+
+    #[test]
+    fn a_get_of_many_long_keys_is_answered_whole() {
+        let keys: Vec<String> = (0..100).map(|i| format!("{i:032}")).collect();
+        let line = format!("get {}\r\n", keys.join(" "));
+        assert!(line.len() > 2048, "longer than memcached's key line limit");
+        let (out, closed) = serve(line.as_bytes(), 1000);
+        assert!(!closed);
+        let out = String::from_utf8(out).unwrap();
+        assert_eq!(out.matches("VALUE ").count(), 100);
+        assert!(out.ends_with("END\r\n"));
     }
 
     #[test]
