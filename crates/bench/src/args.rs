@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use cellcache_keyspace::HashRange;
 
 use crate::engine::{EngineConfig, LoadMode, StopAfter};
 use crate::schedule::Arrival;
@@ -13,6 +14,15 @@ use crate::workload::growth::Growth;
 use crate::workload::keys::KeySpace;
 use crate::workload::values::ValueSize;
 use crate::workload::{Popularity, Workload};
+
+/// Parses a hash range as `ctl status` prints one: `4000000000000000-7fffffffffffffff` (hex,
+/// both ends included; a start above the end wraps past `u64::MAX`).
+pub fn parse_hash_range(text: &str) -> Result<HashRange, String> {
+    let bad = || format!("bad hash range {text:?} (use START-END in hex, as `ctl status` prints)");
+    let (start, end) = text.trim().split_once('-').ok_or_else(bad)?;
+    let hex = |h: &str| u64::from_str_radix(h.trim_start_matches("0x"), 16).map_err(|_| bad());
+    Ok(HashRange::new(hex(start)?, hex(end)?))
+}
 
 /// Parses `10s`, `500ms`, `2m`, `1.5s`, `250us` or a bare number of seconds.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -94,6 +104,10 @@ pub struct LoadArgs {
     /// Pad keys with zeros to at least this many bytes.
     #[arg(long)]
     pub key_len: Option<usize>,
+    /// Only keys whose hash falls in START-END (hex, inclusive, as `ctl status` prints a
+    /// cell's range): send a cell only the keys it masters, or only keys it forwards.
+    #[arg(long, value_parser = parse_hash_range, value_name = "START-END")]
+    pub key_hash_range: Option<HashRange>,
     /// Key popularity.
     #[arg(long, value_enum, default_value_t = PopularityArg::Uniform)]
     pub popularity: PopularityArg,
@@ -192,7 +206,10 @@ impl LoadArgs {
     /// The workload these arguments describe.
     pub fn workload(&self) -> anyhow::Result<Workload> {
         Ok(Workload {
-            keys: KeySpace::new(&self.key_prefix, self.keys, self.key_len)?,
+            keys: match self.key_hash_range {
+                Some(range) => KeySpace::within(&self.key_prefix, self.keys, self.key_len, range)?,
+                None => KeySpace::new(&self.key_prefix, self.keys, self.key_len)?,
+            },
             popularity: match self.popularity {
                 PopularityArg::Uniform => Popularity::Uniform,
                 PopularityArg::Zipf => Popularity::Zipf {
@@ -222,6 +239,11 @@ pub struct BenchArgs {
     pub servers: Vec<String>,
     #[command(flatten)]
     pub load: LoadArgs,
+    /// Report the CPU time of this server process over the measured phase (from
+    /// /proc/PID/stat), and replies per CPU-second; repeat for every cell of a ring to get
+    /// the work of the whole ring per reply.
+    #[arg(long = "server-pid", value_name = "PID")]
+    pub server_pids: Vec<u32>,
     /// Print the JSON report on stdout instead of the table.
     #[arg(long)]
     pub json: bool,

@@ -428,7 +428,7 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<CompareReport> {
             );
             let (result, server_cpu_secs) = match args.experiment {
                 Experiment::Load => {
-                    let sampler = crate::server_cpu::CpuSampler::start(server.child.id())
+                    let sampler = crate::server_cpu::CpuSampler::start(vec![server.child.id()])
                         .context("starting the server CPU sampler")?;
                     let report = crate::run_load(&[server.addr], load, false);
                     let samples = sampler.finish();

@@ -91,7 +91,27 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         args::ProgressArg::Never => false,
         args::ProgressArg::Auto => std::io::stderr().is_terminal(),
     };
-    let report = run_load_to(&targets, &args.load, show_progress)?;
+    let sampler = match args.server_pids.is_empty() {
+        true => None,
+        false => Some(
+            server_cpu::CpuSampler::start(args.server_pids.clone())
+                .context("starting the server CPU sampler")?,
+        ),
+    };
+    let mut report = run_load_to(&targets, &args.load, show_progress)?;
+    if let Some(sampler) = sampler {
+        let samples = sampler.finish();
+        let from = report.results.measure_started_unix_secs;
+        let cpu = server_cpu::cpu_between(&samples, from, from + report.results.measured_secs)
+            .with_context(|| {
+                format!(
+                    "the CPU time of --server-pid {:?} could not be read",
+                    args.server_pids
+                )
+            })?;
+        report.server_cpu =
+            report::ServerCpuReport::new(args.server_pids.clone(), cpu, report.results.all.replies);
+    }
     emit(&report, RunReport::table, args.json, args.output.as_deref())?;
     if let Some(dir) = &args.plot_dir {
         plot::render(
@@ -215,8 +235,10 @@ pub fn run_load_to(
             set_on_miss: config.set_on_miss,
             preloaded,
             growth: workload.growth,
+            key_hash_range: workload.keys.hash_range(),
         },
         results: report::results(&result),
+        server_cpu: None,
     })
 }
 

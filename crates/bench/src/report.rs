@@ -84,6 +84,9 @@ pub struct WorkloadReport {
     /// A growing data set (`--grow`): when it shrinks and to how many keys.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub growth: Option<crate::workload::growth::Growth>,
+    /// Keys confined to this hash range (`--key-hash-range`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_hash_range: Option<cellcache_keyspace::HashRange>,
 }
 
 /// How the run was driven.
@@ -240,6 +243,32 @@ pub struct RunReport {
     pub config: RunConfigReport,
     pub workload: WorkloadReport,
     pub results: Results,
+    /// The servers' CPU time over the measured phase (`--server-pid`); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_cpu: Option<ServerCpuReport>,
+}
+
+/// CPU time the processes named by `--server-pid` spent during the measured phase, all
+/// together (a ring's cells: the work of the whole ring per reply).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServerCpuReport {
+    pub pids: Vec<u32>,
+    pub cpu_secs: f64,
+    /// All replies of the measured phase per CPU-second of the processes.
+    pub replies_per_cpu_sec: f64,
+    pub cpu_us_per_reply: f64,
+}
+
+impl ServerCpuReport {
+    /// The figures for `cpu_secs` spent on `replies`; `None` when either is zero.
+    pub fn new(pids: Vec<u32>, cpu_secs: f64, replies: u64) -> Option<Self> {
+        (cpu_secs > 0.0 && replies > 0).then(|| ServerCpuReport {
+            pids,
+            cpu_secs,
+            replies_per_cpu_sec: replies as f64 / cpu_secs,
+            cpu_us_per_reply: cpu_secs * 1e6 / replies as f64,
+        })
+    }
 }
 
 fn op_report(stats: &crate::stats::OpStats, secs: f64) -> OpReport {
@@ -350,6 +379,9 @@ impl RunReport {
             "workload  {} keys ({pop}), get ratio {}, multiget {}, value {} B, ttl {}s",
             w.key_count, w.get_ratio, w.multiget, w.value_size, w.ttl_secs
         );
+        if let Some(range) = w.key_hash_range {
+            let _ = writeln!(s, "keys      hashing into {range}");
+        }
         if let Some(g) = w.growth {
             let shrink = g.shrink_at_secs.map_or("never shrinks".to_owned(), |at| {
                 format!("shrinks to {} keys from {at}s", g.keep)

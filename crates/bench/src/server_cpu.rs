@@ -43,14 +43,15 @@ fn now_unix_secs() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
-/// Samples a process's CPU time until [`CpuSampler::finish`].
+/// Samples the CPU time of a set of processes, summed, until [`CpuSampler::finish`].
 pub struct CpuSampler {
     stop: Arc<AtomicBool>,
     thread: JoinHandle<Vec<Sample>>,
 }
 
 impl CpuSampler {
-    pub fn start(pid: u32) -> std::io::Result<Self> {
+    /// Starts sampling `pids`; a reading counts only when every one of them could be read.
+    pub fn start(pids: Vec<u32>) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
@@ -59,7 +60,9 @@ impl CpuSampler {
                 let mut samples = Vec::new();
                 loop {
                     let done = flag.load(Ordering::Acquire);
-                    if let Some(cpu_secs) = process_cpu_secs(pid) {
+                    let each: Option<Vec<f64>> =
+                        pids.iter().map(|&p| process_cpu_secs(p)).collect();
+                    if let Some(cpu_secs) = each.map(|e| e.iter().sum()) {
                         samples.push(Sample {
                             unix_secs: now_unix_secs(),
                             cpu_secs,
@@ -128,7 +131,7 @@ mod tests {
     #[test]
     fn a_busy_process_is_seen_spending_cpu() {
         let pid = std::process::id();
-        let sampler = CpuSampler::start(pid).unwrap();
+        let sampler = CpuSampler::start(vec![pid]).unwrap();
         std::thread::sleep(SAMPLE_INTERVAL * 2);
         let from = now_unix_secs();
         // Spin (bounded by iterations, not time) until this process's CPU clock moved by

@@ -13,6 +13,10 @@
 //! request has waited `reply_timeout`, the connection is dropped and every request still
 //! waiting fails, so callers re-route instead of waiting for TCP to give up — except what
 //! may have reached the peer and must not run twice ([`LinkError::may_have_arrived`]).
+//! A request may also carry its own deadline ([`Link::request_until`]): past it, the
+//! request alone fails with [`LinkError::GaveUp`] (its late reply, if any, is dropped) and
+//! the connection stays — how a forwarded request gives up on a master that holds it too
+//! long, without a timer of its own.
 //!
 //! Every queue is bounded in bytes by a [`Budget`] (`cluster.peer_queue_bytes_max`): a
 //! link whose queue is full refuses a request at once ([`LinkError::Busy`], never sent, so
@@ -36,6 +40,10 @@ use super::transport::{PeerAuth, PeerStream};
 
 /// After a failed connect, submissions fail at once for this long.
 const RECONNECT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// A forwarded request given up at its deadline is answered at most this fraction of
+/// `cluster.request_timeout_ms` late: the links check their waiting requests that often.
+const GIVE_UP_CHECKS_PER_TIMEOUT: u64 = 10;
 
 /// A frame with its payload owned.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,6 +78,8 @@ pub enum LinkError {
     Encode(String),
     #[error("peer {0}: {1} bytes already queued for it")]
     Busy(String, usize),
+    #[error("no reply by the request's own deadline")]
+    GaveUp,
 }
 
 impl LinkError {
@@ -77,7 +87,10 @@ impl LinkError {
     /// written to a connection that was then lost, or left unanswered past the timeout.
     /// Such a request is safe to send again only if running it twice does no harm.
     pub fn may_have_arrived(&self) -> bool {
-        matches!(self, LinkError::Lost | LinkError::Silent(..))
+        matches!(
+            self,
+            LinkError::Lost | LinkError::Silent(..) | LinkError::GaveUp
+        )
     }
 }
 
@@ -90,6 +103,8 @@ struct Outgoing {
     epoch: Option<u64>,
     payload: Vec<u8>,
     reply: Option<Reply>,
+    /// Fail the request with [`LinkError::GaveUp`] if no reply came by then.
+    give_up: Option<Instant>,
 }
 
 /// How long a link waits for a connection, its handshake, and a reply before it gives the
@@ -100,6 +115,9 @@ pub struct LinkConfig {
     pub connect: Duration,
     pub handshake: Duration,
     pub reply: Duration,
+    /// How often waiting requests are checked against their own deadlines
+    /// ([`Link::request_until`]): how late, at most, one is given up.
+    pub give_up_check: Duration,
     pub queue_bytes_max: usize,
     pub auth: PeerAuth,
 }
@@ -191,6 +209,7 @@ impl Link {
             connect_timeout: config.connect,
             handshake_timeout: config.handshake,
             reply_timeout: config.reply,
+            give_up_check: config.give_up_check,
             auth: config.auth,
             next_id: 1,
             budget: budget.clone(),
@@ -204,16 +223,19 @@ impl Link {
         })
     }
 
-    /// Queues `out` if the budget allows; otherwise hands it back.
-    fn enqueue(&self, out: Outgoing) -> Result<(), (Outgoing, LinkError)> {
+    /// Queues `out` if the budget allows; otherwise fails it (a request's reply is called
+    /// with the reason, which is also returned).
+    fn enqueue(&self, out: Outgoing) -> Result<(), LinkError> {
         let n = out.payload.len();
         if !self.budget.try_take(n) {
-            let queued = self.budget.queued();
-            return Err((out, LinkError::Busy(self.addr.clone(), queued)));
+            let e = LinkError::Busy(self.addr.clone(), self.budget.queued());
+            fail(out, e.clone());
+            return Err(e);
         }
         self.tx.send(out).map_err(|e| {
             self.budget.release(n);
-            (e.0, LinkError::Lost)
+            fail(e.0, LinkError::Lost);
+            LinkError::Lost
         })
     }
 
@@ -222,17 +244,35 @@ impl Link {
         self.request_at(kind, None, payload, reply);
     }
 
+    /// A request that fails with [`LinkError::GaveUp`] if its reply has not come by
+    /// `give_up` (noticed within [`LinkConfig::give_up_check`]; a request still waiting for
+    /// the connection to be made is given up once that attempt ends).
+    pub fn request_until(&self, kind: FrameKind, payload: Vec<u8>, give_up: Instant, reply: Reply) {
+        self.submit(kind, None, payload, Some(give_up), reply);
+    }
+
     /// A request stamped with `epoch` (`None`: the current one when written).
     pub fn request_at(&self, kind: FrameKind, epoch: Option<u64>, payload: Vec<u8>, reply: Reply) {
+        self.submit(kind, epoch, payload, None, reply);
+    }
+
+    fn submit(
+        &self,
+        kind: FrameKind,
+        epoch: Option<u64>,
+        payload: Vec<u8>,
+        give_up: Option<Instant>,
+        reply: Reply,
+    ) {
         let out = Outgoing {
             kind,
             epoch,
             payload,
             reply: Some(reply),
+            give_up,
         };
-        if let Err((out, e)) = self.enqueue(out) {
-            fail(out, e);
-        }
+        // A refusal has already answered the request.
+        let _ = self.enqueue(out);
     }
 
     /// The same as [`Link::request`], awaited.
@@ -267,16 +307,25 @@ impl Link {
             epoch: None,
             payload,
             reply: None,
+            give_up: None,
         };
-        if let Err((_, e)) = self.enqueue(out) {
+        if let Err(e) = self.enqueue(out) {
             tracing::debug!(error = %e, ?kind, "one-way frame dropped");
         }
     }
 }
 
-/// Requests waiting for their reply, by request id, with the time they were queued. Lock
-/// order: a leaf lock, see `Cluster` (a reply is taken out, then called).
-type Pending = Arc<Mutex<HashMap<u64, (Instant, Reply)>>>;
+/// Requests waiting for their reply, by request id. Lock order: a leaf lock, see `Cluster`
+/// (a reply is taken out, then called).
+type Pending = Arc<Mutex<HashMap<u64, Waiting>>>;
+
+/// A request written and not yet answered.
+struct Waiting {
+    /// When it was written.
+    at: Instant,
+    give_up: Option<Instant>,
+    reply: Reply,
+}
 
 struct Task {
     hello: payload::Hello,
@@ -286,6 +335,7 @@ struct Task {
     connect_timeout: Duration,
     handshake_timeout: Duration,
     reply_timeout: Duration,
+    give_up_check: Duration,
     auth: PeerAuth,
     next_id: u64,
     /// The link's queue bound: released as each frame is taken off the channel.
@@ -363,9 +413,9 @@ impl Task {
         let wire = self.wire;
         tokio::spawn(async move {
             read_frames(&mut rd, &wire, "link", None, |frame| {
-                let reply = reader_pending.lock().remove(&frame.request_id);
-                if let Some((_, reply)) = reply {
-                    reply(Ok(frame));
+                let waiting = reader_pending.lock().remove(&frame.request_id);
+                if let Some(w) = waiting {
+                    (w.reply)(Ok(frame));
                 }
                 true
             })
@@ -377,12 +427,22 @@ impl Task {
         let epoch = self.epoch.load(Ordering::Acquire);
         let _ = wire::encode(&self.wire, FrameKind::Hello, epoch, 0, &hello, &mut out);
         self.push(first, &mut out, &pending);
-        // Checking a few times per timeout bounds how late an overdue reply is noticed.
-        let mut overdue_check = tokio::time::interval(self.reply_timeout / 4);
+        // Checking a few times per timeout bounds how late an overdue reply is noticed; the
+        // requests' own deadlines are checked at least as often as asked.
+        let mut overdue_check =
+            tokio::time::interval((self.reply_timeout / 4).min(self.give_up_check));
         overdue_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut failure = LinkError::Lost;
+        // Taken off the channel while a write waited, not yet written (still counted in the
+        // budget).
+        let mut held: std::collections::VecDeque<Outgoing> = Default::default();
         loop {
             while out.len() < 256 * 1024 {
+                if let Some(o) = held.pop_front() {
+                    self.budget.release(o.payload.len());
+                    self.push(o, &mut out, &pending);
+                    continue;
+                }
                 match rx.try_recv() {
                     Ok(o) => {
                         self.budget.release(o.payload.len());
@@ -392,7 +452,28 @@ impl Task {
                 }
             }
             if !out.is_empty() {
-                if wr.write_all(&out).await.is_err() || wr.flush().await.is_err() {
+                // A paused peer stops reading: the write then waits for good, so the checks
+                // run beside it (a request still gives up, a silent peer is still dropped).
+                let written = {
+                    let write = async {
+                        wr.write_all(&out).await?;
+                        wr.flush().await
+                    };
+                    tokio::pin!(write);
+                    loop {
+                        tokio::select! {
+                            r = &mut write => break r.map_err(|_| LinkError::Lost),
+                            _ = overdue_check.tick() => {
+                                if let Some(silent) = self.check(&pending) {
+                                    break Err(silent);
+                                }
+                                self.give_up_held(rx, &mut held);
+                            }
+                        }
+                    }
+                };
+                if let Err(e) = written {
+                    failure = e;
                     break;
                 }
                 out.clear();
@@ -407,22 +488,58 @@ impl Task {
                 },
                 _ = &mut closed_rx => break,
                 _ = overdue_check.tick() => {
-                    let oldest = pending.lock().values().map(|(at, _)| *at).min();
-                    if oldest.is_some_and(|at| at.elapsed() >= self.reply_timeout) {
-                        tracing::warn!(
-                            peer = %self.addr,
-                            timeout_ms = self.reply_timeout.as_millis() as u64,
-                            "peer left a request unanswered: dropping the link"
-                        );
-                        failure = LinkError::Silent(self.addr.clone(), self.reply_timeout);
+                    if let Some(silent) = self.check(&pending) {
+                        failure = silent;
                         break;
                     }
                 }
             }
         }
-        let waiting: Vec<Reply> = pending.lock().drain().map(|(_, (_, r))| r).collect();
+        let waiting: Vec<Reply> = pending.lock().drain().map(|(_, w)| w.reply).collect();
         for r in waiting {
             r(Err(failure.clone()));
+        }
+        for o in held {
+            self.budget.release(o.payload.len());
+            fail(o, failure.clone());
+        }
+    }
+
+    /// Gives up the requests past their own deadlines; `Some` when the oldest request left
+    /// has waited the whole reply timeout: the peer is silent and the connection must go.
+    fn check(&self, pending: &Pending) -> Option<LinkError> {
+        give_up_expired(pending);
+        let oldest = pending.lock().values().map(|w| w.at).min();
+        if oldest.is_some_and(|at| at.elapsed() >= self.reply_timeout) {
+            tracing::warn!(
+                peer = %self.addr,
+                timeout_ms = self.reply_timeout.as_millis() as u64,
+                "peer left a request unanswered: dropping the link"
+            );
+            return Some(LinkError::Silent(self.addr.clone(), self.reply_timeout));
+        }
+        None
+    }
+
+    /// While a write waits: takes what is queued into `held` and gives up those past their
+    /// deadlines, so a request queued behind a paused peer's full socket does not wait for
+    /// the connection to fail.
+    fn give_up_held(
+        &self,
+        rx: &mut mpsc::UnboundedReceiver<Outgoing>,
+        held: &mut std::collections::VecDeque<Outgoing>,
+    ) {
+        while let Ok(o) = rx.try_recv() {
+            held.push_back(o);
+        }
+        let now = Instant::now();
+        for o in std::mem::take(held) {
+            if o.give_up.is_some_and(|g| g <= now) {
+                self.budget.release(o.payload.len());
+                fail(o, LinkError::GaveUp);
+            } else {
+                held.push_back(o);
+            }
         }
     }
 
@@ -438,8 +555,13 @@ impl Task {
             .unwrap_or_else(|| self.epoch.load(Ordering::Acquire));
         match wire::encode(&self.wire, o.kind, epoch, id, &o.payload, out) {
             Ok(()) => {
-                if let Some(r) = o.reply {
-                    pending.lock().insert(id, (Instant::now(), r));
+                if let Some(reply) = o.reply {
+                    let waiting = Waiting {
+                        at: Instant::now(),
+                        give_up: o.give_up,
+                        reply,
+                    };
+                    pending.lock().insert(id, waiting);
                 }
             }
             Err(e) => {
@@ -492,6 +614,26 @@ pub async fn read_frames(
             }
         }
         buf.drain(..at);
+    }
+}
+
+/// Fails every waiting request whose own deadline has passed; the connection stays.
+fn give_up_expired(pending: &Pending) {
+    let now = Instant::now();
+    let expired: Vec<Reply> = {
+        let mut p = pending.lock();
+        let ids: Vec<u64> = p
+            .iter()
+            .filter(|(_, w)| w.give_up.is_some_and(|g| g <= now))
+            .map(|(id, _)| *id)
+            .collect();
+        ids.iter()
+            .filter_map(|id| p.remove(id))
+            .map(|w| w.reply)
+            .collect()
+    };
+    for reply in expired {
+        reply(Err(LinkError::GaveUp));
     }
 }
 
@@ -555,6 +697,9 @@ impl super::Cluster {
                 connect: Duration::from_millis(self.config.peer_connect_timeout_ms),
                 handshake: Duration::from_millis(self.config.peer_handshake_timeout_ms),
                 reply: Duration::from_millis(self.config.peer_reply_timeout_ms),
+                give_up_check: Duration::from_millis(
+                    (self.config.request_timeout_ms / GIVE_UP_CHECKS_PER_TIMEOUT).max(1),
+                ),
                 queue_bytes_max: self.config.peer_queue_bytes_max,
                 auth: self.auth.clone(),
             },
@@ -574,227 +719,5 @@ pub enum Channel {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A one-thread runtime and a loopback listener on it (a peer the test plays), with
-    /// its address.
-    fn runtime_and_listener() -> (tokio::runtime::Runtime, tokio::net::TcpListener, String) {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let listener = rt
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr").to_string();
-        (rt, listener, addr)
-    }
-
-    /// A link from cell 1 to cell 2 at `addr`, without a secret.
-    fn test_link(
-        rt: &tokio::runtime::Runtime,
-        addr: String,
-        reply: Duration,
-        queue_bytes_max: usize,
-    ) -> Arc<Link> {
-        Link::start(
-            rt.handle(),
-            payload::Hello {
-                cell: CellId::whole(1),
-                ring: 1,
-                client: "127.0.0.1:1".into(),
-            },
-            CellId::whole(2),
-            addr,
-            WireConfig::default(),
-            Arc::new(AtomicU64::new(1)),
-            LinkConfig {
-                connect: Duration::from_secs(5),
-                handshake: Duration::from_secs(5),
-                reply,
-                queue_bytes_max,
-                auth: PeerAuth::default(),
-            },
-        )
-    }
-
-    /// A peer that accepts, reads everything and never answers (a paused or cut-off cell
-    /// whose kernel still holds the connection): the request must fail once it is overdue,
-    /// not wait for TCP to give up.
-    #[test]
-    fn a_silent_peer_fails_its_requests_after_the_reply_timeout() {
-        let (rt, listener, addr) = runtime_and_listener();
-        rt.spawn(async move {
-            let mut held = Vec::new();
-            while let Ok((mut stream, _)) = listener.accept().await {
-                let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-                tokio::spawn(async move {
-                    let mut sink = vec![0u8; 4096];
-                    while let Ok(n) = stream.read(&mut sink).await {
-                        if n == 0 {
-                            break;
-                        }
-                    }
-                    let _ = tx.send(());
-                });
-                held.push(rx);
-            }
-        });
-        let link = test_link(&rt, addr, Duration::from_millis(200), 1 << 20);
-        let outcome = rt.block_on(async {
-            tokio::time::timeout(
-                Duration::from_secs(30),
-                link.call(FrameKind::ForwardRequest, b"get k\r\n".to_vec()),
-            )
-            .await
-        });
-        match outcome {
-            Ok(Err(LinkError::Silent(_, waited))) => {
-                assert_eq!(waited, Duration::from_millis(200))
-            }
-            other => panic!("expected the silent-peer failure, got {other:?}"),
-        }
-        // The next request opens a new connection (and fails the same way): the link recovers.
-        let again = rt.block_on(async {
-            tokio::time::timeout(
-                Duration::from_secs(30),
-                link.call(FrameKind::ForwardRequest, b"get k\r\n".to_vec()),
-            )
-            .await
-        });
-        assert!(matches!(again, Ok(Err(LinkError::Silent(..)))), "{again:?}");
-    }
-
-    #[test]
-    fn a_budget_bounds_what_is_queued_but_always_takes_one_frame() {
-        let b = Budget::new(100);
-        assert!(b.try_take(500), "an empty queue takes any one frame");
-        assert!(!b.try_take(1), "past the bound");
-        b.release(500);
-        assert!(b.try_take(60));
-        assert!(b.try_take(40));
-        assert!(!b.try_take(1));
-        assert_eq!(b.queued(), 100);
-        b.take(50);
-        assert_eq!(
-            b.queued(),
-            150,
-            "what must be queued is counted past the bound"
-        );
-        b.release(150);
-        assert_eq!(b.queued(), 0);
-    }
-
-    #[test]
-    fn below_max_waits_for_the_writer_to_drain() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let b = Budget::new(10);
-        b.take(30);
-        let waiter = b.clone();
-        rt.block_on(async move {
-            let wait = tokio::spawn(async move { waiter.below_max().await });
-            tokio::task::yield_now().await;
-            assert!(!wait.is_finished(), "over the bound: waits");
-            b.release(15);
-            tokio::task::yield_now().await;
-            assert!(!wait.is_finished(), "still over the bound");
-            b.release(10);
-            tokio::time::timeout(Duration::from_secs(10), wait)
-                .await
-                .expect("woken once within the bound")
-                .expect("the waiting task");
-        });
-    }
-
-    /// A peer that accepts but never reads: the kernel's buffers fill, the link's writer
-    /// blocks, and past `queue_bytes_max` new requests fail at once with `Busy` instead of
-    /// queueing without end.
-    #[test]
-    fn a_peer_that_reads_nothing_gets_busy_requests_not_an_endless_queue() {
-        let (rt, listener, addr) = runtime_and_listener();
-        rt.spawn(async move {
-            let mut held = Vec::new();
-            while let Ok((stream, _)) = listener.accept().await {
-                held.push(stream);
-            }
-        });
-        const QUEUE_MAX: usize = 1 << 20;
-        const FRAME: usize = 16 * 1024;
-        let link = test_link(&rt, addr, Duration::from_secs(600), QUEUE_MAX);
-        let busy = Arc::new(AtomicU64::new(0));
-        let mut most_queued = 0;
-        // 64 MiB offered, far past what loopback's socket buffers hold.
-        for _ in 0..4_096 {
-            let refused = busy.clone();
-            link.request(
-                FrameKind::ForwardRequest,
-                vec![b'x'; FRAME],
-                Box::new(move |r| {
-                    if let Err(LinkError::Busy(..)) = r {
-                        refused.fetch_add(1, Ordering::Relaxed);
-                    }
-                }),
-            );
-            most_queued = most_queued.max(link.budget.queued());
-            if busy.load(Ordering::Relaxed) > 0 {
-                break;
-            }
-            std::thread::sleep(Duration::from_micros(200));
-        }
-        assert!(busy.load(Ordering::Relaxed) > 0, "no request was refused");
-        assert!(most_queued <= QUEUE_MAX, "{most_queued} bytes queued");
-    }
-
-    /// The peer listener's gate: while the replies a connection owes are queued past the
-    /// bound, nothing more is read from it; once the writer drains them, reading resumes.
-    #[test]
-    fn read_frames_reads_nothing_while_its_gate_is_over_the_bound() {
-        use tokio::io::AsyncWriteExt as _;
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        rt.block_on(async {
-            let (mut peer, mut rd) = tokio::io::duplex(64 * 1024);
-            let owed = Budget::new(10);
-            owed.take(100);
-            let seen = Arc::new(AtomicU64::new(0));
-            let (gate, count) = (owed.clone(), seen.clone());
-            let reader = tokio::spawn(async move {
-                read_frames(&mut rd, &WireConfig::default(), "test", Some(&gate), |_| {
-                    count.fetch_add(1, Ordering::Relaxed);
-                    true
-                })
-                .await;
-            });
-            let mut frame = Vec::new();
-            wire::encode(
-                &WireConfig::default(),
-                FrameKind::Heartbeat,
-                1,
-                0,
-                b"x",
-                &mut frame,
-            )
-            .expect("a frame");
-            peer.write_all(&frame).await.expect("written");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            assert_eq!(seen.load(Ordering::Relaxed), 0, "read past the bound");
-            owed.release(100);
-            tokio::time::timeout(Duration::from_secs(10), async {
-                while seen.load(Ordering::Relaxed) == 0 {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-            })
-            .await
-            .expect("the frame is read once the replies drained");
-            drop(peer);
-            reader.await.expect("the reader ends with the connection");
-        });
-    }
-}
+#[path = "link_tests.rs"]
+mod tests;

@@ -218,7 +218,7 @@ impl Cluster {
     ) -> Result<Arc<Cluster>, StartError> {
         let config = cell.config.cluster.clone();
         let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
+            .worker_threads(config.peer_threads)
             .thread_name("cellcache-peer")
             .enable_all()
             .build()

@@ -504,41 +504,16 @@ fn forward(
         .forwarded
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     // A master that never answers (paused, or gone from the network without a reset) must
-    // not hold the client forever: past the deadline plus one more timeout, give up with
-    // the retryable error. Whichever of the reply and the watchdog comes first answers.
-    // Lock order: a leaf lock, see `Cluster` (taken out, then called).
-    let done = Arc::new(parking_lot::Mutex::new(Some(done)));
-    let watchdog = done.clone();
+    // not hold the client forever: past the deadline plus one more timeout, the link gives
+    // the request up and the client gets the retryable error.
     let give_up =
         ctx.deadline.max(Instant::now()) + Duration::from_millis(cl.config.request_timeout_ms);
-    let cl3 = cl.clone();
-    let flight2 = flight.clone();
-    cl.handle.spawn(async move {
-        tokio::time::sleep_until(give_up.into()).await;
-        let expired = watchdog.lock().take();
-        flight2.end(&cl3, false);
-        if let Some(d) = expired {
-            cl3.stats
-                .unavailable
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            d(Reply::Bytes(if quiet {
-                Vec::new()
-            } else {
-                UNAVAILABLE.to_vec()
-            }));
-        }
-    });
-    let done: Done = Box::new(move |r| {
-        let first = done.lock().take();
-        if let Some(d) = first {
-            d(r);
-        }
-    });
     let cl2 = cl.clone();
     let resend = bytes.clone();
-    link.request(
+    link.request_until(
         FrameKind::ForwardRequest,
         bytes,
+        give_up,
         Box::new(move |r| {
             let answered = matches!(&r, Ok(f) if f.kind == FrameKind::ForwardReply);
             match r {
@@ -552,6 +527,16 @@ fn forward(
                         cl2.catch_up();
                     }
                     retry_later(&cl2, resend, ctx, quiet, done);
+                }
+                Err(super::link::LinkError::GaveUp) => {
+                    cl2.stats
+                        .unavailable
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    done(Reply::Bytes(if quiet {
+                        Vec::new()
+                    } else {
+                        UNAVAILABLE.to_vec()
+                    }))
                 }
                 Err(e) if e.may_have_arrived() && !retry_safe => done(Reply::Bytes(if quiet {
                     Vec::new()

@@ -128,6 +128,9 @@ pub struct ClusterConfig {
     /// from the refusal and sends the request to the new master, rather than losing it
     /// with the connection.
     pub leave_linger_ms: u64,
+    /// Threads of the peer runtime: the inter-cell links, the peer listener, replication and
+    /// the consensus group (the I/O engine's workers serve clients apart from them).
+    pub peer_threads: usize,
     /// After the linger, a leaving cell waits at most this long for the consensus group to
     /// stop counting it as a voter before it stops (so the cells left keep a quorum).
     pub leave_voters_wait_ms: u64,
@@ -199,6 +202,7 @@ impl Default for ClusterConfig {
             peer_connect_timeout_ms: 1_000,
             peer_reply_timeout_ms: 6_000,
             leave_linger_ms: 3_000,
+            peer_threads: 2,
             leave_voters_wait_ms: 10_000,
             peer_queue_bytes_max: 64 << 20,
             peer_forwards_in_flight_max: 4_096,
@@ -618,6 +622,11 @@ impl NodeConfig {
                 "cluster.replication_factor ({}) must be 1..=5",
                 c.replication_factor
             )));
+        }
+        if c.peer_threads == 0 {
+            return Err(ConfigError::Invalid(
+                "cluster.peer_threads must be at least 1".into(),
+            ));
         }
         if c.enabled && c.advertise_host.is_empty() && self.server.listen.first().is_unspecified() {
             return Err(ConfigError::Invalid(format!(
