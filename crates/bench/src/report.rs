@@ -468,6 +468,13 @@ impl RunReport {
                 ""
             }
         );
+        if let Some(c) = &self.server_cpu {
+            let _ = writeln!(
+                s,
+                "servers   {:.2} CPU-s (pids {:?}): {:.0} replies per CPU-s, {:.2} µs CPU per reply",
+                c.cpu_secs, c.pids, c.replies_per_cpu_sec, c.cpu_us_per_reply
+            );
+        }
         s
     }
 }
@@ -525,6 +532,28 @@ mod tests {
         assert_eq!((seconds[1].p99_us, seconds[1].hit_ratio()), (None, None));
         let json = serde_json::to_value(&seconds[1]).unwrap();
         assert!(json["p99_us"].is_null(), "{json}");
+    }
+
+    #[test]
+    fn the_servers_cpu_is_reported_per_reply_and_shown() {
+        assert_eq!(ServerCpuReport::new(vec![1], 0.0, 10), None);
+        assert_eq!(ServerCpuReport::new(vec![1], 1.0, 0), None);
+        let c = ServerCpuReport::new(vec![7, 8], 2.0, 100_000).unwrap();
+        assert_eq!(
+            (c.replies_per_cpu_sec, c.cpu_us_per_reply),
+            (50_000.0, 20.0)
+        );
+        let mut report = minimal_report(1.0);
+        assert!(!report.table().contains("CPU-s (pids"));
+        report.server_cpu = Some(c);
+        let table = report.table();
+        assert!(
+            table.contains("servers   2.00 CPU-s (pids [7, 8]): 50000 replies per CPU-s, 20.00 µs CPU per reply"),
+            "{table}"
+        );
+        let back: RunReport =
+            serde_json::from_str(&serde_json::to_string(&report).unwrap()).unwrap();
+        assert_eq!(back.server_cpu, report.server_cpu);
     }
 
     #[test]
