@@ -102,15 +102,20 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     if let Some(sampler) = sampler {
         let samples = sampler.finish();
         let from = report.results.measure_started_unix_secs;
-        let cpu = server_cpu::cpu_between(&samples, from, from + report.results.measured_secs)
-            .with_context(|| {
-                format!(
-                    "the CPU time of --server-pid {:?} could not be read",
-                    args.server_pids
-                )
-            })?;
-        report.server_cpu =
-            report::ServerCpuReport::new(args.server_pids.clone(), cpu, report.results.all.replies);
+        match server_cpu::cpu_between(&samples, from, from + report.results.measured_secs) {
+            Some(cpu) => {
+                let replies = report.results.all.replies;
+                report.server_cpu =
+                    report::ServerCpuReport::new(args.server_pids.clone(), cpu, replies);
+            }
+            // A process gone, or a phase shorter than the samples cover: the run stands.
+            None => eprintln!(
+                "warning: the CPU time of --server-pid {:?} over the measured phase could not \
+                 be read (a process exited, or the phase was shorter than {:?})",
+                args.server_pids,
+                server_cpu::SAMPLE_INTERVAL
+            ),
+        }
     }
     emit(&report, RunReport::table, args.json, args.output.as_deref())?;
     if let Some(dir) = &args.plot_dir {

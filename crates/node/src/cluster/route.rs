@@ -528,16 +528,7 @@ fn forward(
                     }
                     retry_later(&cl2, resend, ctx, quiet, done);
                 }
-                Err(super::link::LinkError::GaveUp) => {
-                    cl2.stats
-                        .unavailable
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    done(Reply::Bytes(if quiet {
-                        Vec::new()
-                    } else {
-                        UNAVAILABLE.to_vec()
-                    }))
-                }
+                Err(super::link::LinkError::GaveUp) => unavailable(&cl2, quiet, done),
                 Err(e) if e.may_have_arrived() && !retry_safe => done(Reply::Bytes(if quiet {
                     Vec::new()
                 } else {
@@ -597,18 +588,23 @@ fn place_in_order(
     }
 }
 
+/// Answers the retryable "no master available" error (nothing, for a quiet request).
+fn unavailable(cl: &Cluster, quiet: bool, done: Done) {
+    cl.stats
+        .unavailable
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    done(Reply::Bytes(if quiet {
+        Vec::new()
+    } else {
+        UNAVAILABLE.to_vec()
+    }));
+}
+
 /// Parks a request to be routed again shortly (see [`Parked`]), or gives up with the
 /// retryable error after its deadline.
 fn retry_later(cl: &Arc<Cluster>, bytes: Vec<u8>, ctx: Ctx, quiet: bool, done: Done) {
     if Instant::now() >= ctx.deadline {
-        cl.stats
-            .unavailable
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        done(Reply::Bytes(if quiet {
-            Vec::new()
-        } else {
-            UNAVAILABLE.to_vec()
-        }));
+        unavailable(cl, quiet, done);
         return;
     }
     let (hashes, barrier) = match parse(&bytes, &cl.cell.limits) {
