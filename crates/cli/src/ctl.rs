@@ -81,14 +81,19 @@ enum CtlCommand {
         command: TierCommand,
     },
     /// Switch a building block of this cell live, while it serves: `ctl switch eviction
-    /// s3fifo`; `ctl switch --list [--json]` shows each block's implementation and the others.
+    /// s3fifo`; `--ring` switches every cell of its ring; `ctl switch --list [--json]` shows
+    /// each block's implementation and the others (docs/switching.md).
     Switch {
-        /// The block (eviction).
+        /// The block: eviction, layout, write_policy, replication.
         #[arg(required_unless_present = "list")]
         block: Option<String>,
-        /// The implementation to switch to (eviction: lru, s3fifo).
+        /// The implementation to switch to (eviction: lru, s3fifo; write_policy: through,
+        /// back; replication: sync, async).
         #[arg(required_unless_present = "list")]
         implementation: Option<String>,
+        /// Switch every cell of the ring this cell is a member of, this one first.
+        #[arg(long, conflicts_with = "list")]
+        ring: bool,
         /// List the blocks instead.
         #[arg(long, conflicts_with_all = ["block", "implementation"])]
         list: bool,
@@ -212,13 +217,17 @@ pub fn run(args: CtlArgs) -> anyhow::Result<()> {
         CtlCommand::Switch {
             block,
             implementation,
+            ring,
             list,
             json,
         } => match (block, implementation) {
             (Some(block), Some(implementation)) if !list => admin(
                 server,
                 "POST",
-                &format!("/switch/{block}/{implementation}"),
+                &format!(
+                    "{}/switch/{block}/{implementation}",
+                    if *ring { "/cluster" } else { "" }
+                ),
                 token,
             )?,
             _ => switch_list(&admin(server, "GET", "/switch", token)?, *json)?,

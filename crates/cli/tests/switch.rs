@@ -48,7 +48,12 @@ fn eviction_switches_back_and_forth_under_load_without_errors_or_stale_reads() {
     let listed: serde_json::Value = serde_json::from_str(&ctl_switch_list_json(&server)).unwrap();
     assert_eq!(
         listed,
-        serde_json::json!({"eviction": {"current": "lru", "available": ["lru", "s3fifo"]}})
+        serde_json::json!({
+            "eviction": {"current": "lru", "available": ["lru", "s3fifo"]},
+            "layout": {"current": "shared", "available": ["shared"]},
+            "write_policy": {"current": "none", "available": []},
+            "replication": {"current": "none", "available": []},
+        })
     );
     let (status, body) = server.admin_call("POST", "/switch/eviction/arc");
     assert_eq!(status, 400, "{body}");

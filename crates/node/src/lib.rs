@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod blocks;
 pub mod cell;
 pub mod cluster;
 pub mod config;

@@ -218,3 +218,4 @@ mod balancing;
 mod handoff;
 mod replication;
 mod reshaping;
+mod switching;

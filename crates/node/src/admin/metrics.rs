@@ -94,6 +94,11 @@ const COUNTERS: &[(&str, &str, &str)] = &[
         "Requests this cell forwarded to their key's master.",
     ),
     (
+        "cellcache_replies_held",
+        "cluster_replies_held",
+        "Write replies held until the backups acknowledged the write (replication sync).",
+    ),
+    (
         "cellcache_replicate_gaps",
         "cluster_replicate_gaps",
         "Replication frames refused for a gap in their positions.",

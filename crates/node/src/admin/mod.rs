@@ -36,7 +36,6 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 use crate::cell::Cell;
 use crate::cluster::{self, Slot};
 use crate::config::{ADMIN_PORT_OFFSET, AdminConfig};
-use cellcache_store::EvictionPolicyKind;
 
 /// Why the admin plane did not start.
 #[derive(Debug, thiserror::Error)]
@@ -228,6 +227,10 @@ fn router(plane: Arc<Plane>) -> Router {
         .route("/tier/policy/{policy}", post(tier::policy))
         .route("/switch", get(switch_list))
         .route("/switch/{block}/{implementation}", post(switch_block))
+        .route(
+            "/cluster/switch/{block}/{implementation}",
+            post(switch_ring),
+        )
         .layer(middleware::from_fn_with_state(plane.clone(), authorize))
         .merge(public)
         .with_state(plane)
@@ -385,23 +388,11 @@ async fn autoscale_switch(State(plane): State<Arc<Plane>>, Path(switch): Path<St
     }
 }
 
-/// The implementations a block can be switched to live, by name.
-const EVICTION_AVAILABLE: [&str; 2] = ["lru", "s3fifo"];
-
-/// Every live-switchable block of this cell: `{"eviction": {"current": "lru", "available":
-/// ["lru", "s3fifo"]}}` (`ctl switch --list --json`).
+/// Every live-switchable block of this cell (`ctl switch --list --json`, see
+/// [`crate::blocks::list`]).
 async fn switch_list(State(plane): State<Arc<Plane>>) -> Response {
-    let mut blocks = serde_json::json!({
-        "eviction": {
-            "current": plane.cell.store.eviction().name(),
-            "available": EVICTION_AVAILABLE,
-        }
-    });
-    if let Some(t) = &plane.cell.tier {
-        blocks["write-policy"] =
-            serde_json::json!({"current": t.policy().name(), "available": ["through", "back"]});
-    }
-    axum::Json(blocks).into_response()
+    let cluster = plane.ring.cluster.get();
+    axum::Json(crate::blocks::list(&plane.cell, cluster.map(|c| &**c))).into_response()
 }
 
 /// Switches `block` of this cell to `implementation` while it serves (`ctl switch`).
@@ -409,35 +400,21 @@ async fn switch_block(
     State(plane): State<Arc<Plane>>,
     Path((block, implementation)): Path<(String, String)>,
 ) -> Response {
-    if block == "write-policy" {
-        return tier::switch(&plane, &implementation);
+    let cluster = plane.ring.cluster.get();
+    match crate::blocks::switch(&plane.cell, cluster.map(|c| &**c), &block, &implementation).await {
+        Ok(line) => text(format!("OK {line}\r\n").into_bytes()),
+        Err(e) => text(e.reply()),
     }
-    if block != "eviction" {
-        return text(
-            format!("CLIENT_ERROR no block {block:?} (eviction, write-policy)\r\n").into_bytes(),
-        );
-    }
-    let kind = match EvictionPolicyKind::from_name(&implementation) {
-        Some(kind) if EVICTION_AVAILABLE.contains(&kind.name()) => kind,
-        _ => {
-            return text(
-                format!("CLIENT_ERROR no eviction policy {implementation:?} (lru, s3fifo)\r\n")
-                    .into_bytes(),
-            );
-        }
-    };
-    let from = plane.cell.store.eviction().name();
-    // Each shard is translated under its own lock: off this runtime's only thread.
-    let cell = plane.cell.clone();
-    let switched =
-        tokio::task::spawn_blocking(move || cell.store.switch_eviction(kind, cell.now())).await;
-    match switched {
-        Ok(Ok(())) => {
-            tracing::info!(block, from, to = kind.name(), "switched live");
-            text(format!("OK eviction {from} -> {}\r\n", kind.name()).into_bytes())
-        }
-        Ok(Err(e)) => text(format!("CLIENT_ERROR {e}\r\n").into_bytes()),
-        Err(e) => text(format!("SERVER_ERROR switch failed: {e}\r\n").into_bytes()),
+}
+
+/// Switches `block` on every cell of the ring (`ctl switch --ring`).
+async fn switch_ring(
+    State(plane): State<Arc<Plane>>,
+    Path((block, implementation)): Path<(String, String)>,
+) -> Response {
+    match plane.ring.cluster.get() {
+        Some(cl) => text(crate::blocks::switch_ring(cl, &block, &implementation).await),
+        None => not_a_member(),
     }
 }
 

@@ -37,19 +37,3 @@ pub(super) async fn policy(
         Err(e) => text(format!("CLIENT_ERROR {e}\r\n").into_bytes()),
     }
 }
-
-/// `POST /switch/write-policy/{policy}` (`ctl switch write-policy back`): the same switch
-/// through the building blocks' switch.
-pub(super) fn switch(plane: &Plane, policy: &str) -> Response {
-    let Some(tier) = &plane.cell.tier else {
-        return text(NO_TIER.to_vec());
-    };
-    match policy.parse::<WritePolicy>() {
-        Ok(p) => {
-            let from = tier.policy().name();
-            tier.set_policy(p);
-            text(format!("OK write-policy {from} -> {}\r\n", p.name()).into_bytes())
-        }
-        Err(e) => text(format!("CLIENT_ERROR {e}\r\n").into_bytes()),
-    }
-}

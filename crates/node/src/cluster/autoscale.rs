@@ -511,17 +511,12 @@ pub fn control(cl: &Arc<Cluster>, word: &str) -> Vec<u8> {
     }
 }
 
-/// Sends `line` to the cell whose peer address is `peer`, off the runtime's threads.
+/// Sends `line` to the cell whose peer address is `peer`; its reply, `None` (logged) if none.
 async fn call(cl: &Arc<Cluster>, peer: String, line: &'static str) -> Option<String> {
-    let (auth, wire) = (cl.auth.clone(), cl.config.wire);
-    let timeout = Duration::from_millis(cl.config.request_timeout_ms);
-    tokio::task::spawn_blocking(move || {
-        super::handshake::operator_call(&peer, &auth, &wire, line, timeout, None)
-    })
-    .await
-    .ok()?
-    .map_err(|e| tracing::info!(error = %e, "autoscale call"))
-    .ok()
+    cl.operator_call(peer, line.to_string())
+        .await
+        .map_err(|error| tracing::info!(%error, "autoscale call"))
+        .ok()
 }
 
 /// The ring's autoscaling as the deciding cell (the consensus leader) sees it: asked of it
@@ -555,14 +550,7 @@ pub async fn switch_ring(cl: &Arc<Cluster>, on: bool) -> Vec<u8> {
         return b"SERVER_ERROR autoscale unavailable\r\n".to_vec();
     };
     scale.set_enabled(on);
-    let peers: Vec<String> = cl
-        .lock_ring()
-        .map()
-        .cells()
-        .iter()
-        .filter(|c| c.id != cl.me)
-        .map(|c| c.address.peer.clone())
-        .collect();
+    let peers: Vec<String> = cl.peers().into_iter().map(|(_, peer)| peer).collect();
     let line = if on { "autoscale on" } else { "autoscale off" };
     let mut switched = 1;
     for peer in &peers {

@@ -53,6 +53,8 @@ pub(super) struct ClusterStats {
     pub(super) peer_handshakes_failed: AtomicU64,
     /// Peer connections closed at once because `peer_connections_max` were open.
     pub(super) peer_connections_refused: AtomicU64,
+    /// Write replies held until the backups acknowledged the write (replication `sync`).
+    pub(super) replies_held: AtomicU64,
 }
 
 /// A reading of a cell's ring counters (see [`ClusterStats`] for what each counts), plus the
@@ -78,6 +80,7 @@ pub struct ClusterCounters {
     pub peer_busy: u64,
     pub peer_handshakes_failed: u64,
     pub peer_connections_refused: u64,
+    pub replies_held: u64,
     /// Replication payload bytes acknowledged by targets.
     pub replication_bytes_sent: u64,
     /// Writes acknowledged although a backup was unreachable (policy `accept`).
@@ -112,6 +115,7 @@ impl Cluster {
             peer_busy: get(&s.peer_busy),
             peer_handshakes_failed: get(&s.peer_handshakes_failed),
             peer_connections_refused: get(&s.peer_connections_refused),
+            replies_held: get(&s.replies_held),
             replication_bytes_sent: get(&self.repl.bytes_sent),
             unreplicated_acks: get(&self.repl.unreplicated_acks),
             stream_items: get(&self.repl.stream_items),
@@ -156,6 +160,9 @@ impl crate::cell::RingFigures for Cluster {
             c.replication_bytes_sent,
         );
         stat(out, "cluster_unreplicated_acks", c.unreplicated_acks);
+        // The mode writes are acknowledged in now (`ctl switch replication` changes it).
+        stat(out, "cluster_replication", self.replication().name());
+        stat(out, "cluster_replies_held", c.replies_held);
         // Read now, from the targets and streams themselves (`/metrics` has them per target).
         let lag = self.repl.lag();
         let sum = |f: fn(&super::repl::TargetLag) -> u64| lag.iter().map(f).sum::<u64>();

@@ -10,6 +10,8 @@
 //!   `parent` (default: the cell with the largest range); answers `JOINED <len>` and the map.
 //! - `autoscale status|on|off`: this cell's autoscaling as JSON, or its switch (the admin
 //!   plane's `ctl autoscale` asks the deciding cell, and switches every cell).
+//! - `switch BLOCK IMPL`: switch one of this cell's building blocks live (`crate::blocks`;
+//!   the admin plane's `ctl switch --ring` sends it to every cell).
 //! - leave: begin a cell's absorption by its successor.
 //! - shift: move a share of a cell's range to its neighbour (balancing by hand).
 //! - ranges: items this cell holds per range it masters or backs up.
@@ -31,6 +33,9 @@ pub async fn run(cl: Arc<Cluster>, line: String) -> Vec<u8> {
     match words.as_slice() {
         ["cluster", "status"] => status_text(&cl).await.into_bytes(),
         ["autoscale", word] => super::autoscale::control(&cl, word),
+        ["switch", block, implementation] => {
+            crate::blocks::control(&cl, block, implementation).await
+        }
         ["cluster", "join", client, peer, rest @ ..] if rest.len() <= 1 => {
             let parent = match rest.first().map(|p| p.parse::<CellId>()) {
                 None => None,
@@ -53,6 +58,38 @@ pub async fn run(cl: Arc<Cluster>, line: String) -> Vec<u8> {
             }
         }
         _ => b"CLIENT_ERROR unknown cluster command (status, join)\r\n".to_vec(),
+    }
+}
+
+impl Cluster {
+    /// The cell this ring member is.
+    pub fn cell(&self) -> &Arc<Cell> {
+        &self.cell
+    }
+
+    /// Every other cell of the installed map, with its peer address.
+    pub fn peers(&self) -> Vec<(CellId, String)> {
+        self.lock_ring()
+            .map()
+            .cells()
+            .iter()
+            .filter(|c| c.id != self.me)
+            .map(|c| (c.id.clone(), c.address.peer.clone()))
+            .collect()
+    }
+
+    /// Sends the control command `line` to the cell whose peer address is `peer`, proving
+    /// the ring's secret as every peer connection does, off the runtime's threads; its
+    /// reply, or why there is none.
+    pub async fn operator_call(&self, peer: String, line: String) -> Result<String, String> {
+        let (auth, wire) = (self.auth.clone(), self.config.wire);
+        let timeout = std::time::Duration::from_millis(self.config.request_timeout_ms);
+        tokio::task::spawn_blocking(move || {
+            super::handshake::operator_call(&peer, &auth, &wire, &line, timeout, None)
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())
     }
 }
 

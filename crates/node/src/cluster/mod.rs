@@ -55,7 +55,7 @@ use cellcache_cluster::{
 use parking_lot::Mutex;
 
 use crate::cell::Cell;
-use crate::config::ClusterConfig;
+use crate::config::{ClusterConfig, ReplicationMode};
 pub use counters::ClusterCounters;
 use counters::ClusterStats;
 use link::Link;
@@ -158,6 +158,9 @@ pub struct Cluster {
     trim: Arc<trim::Trim>,
     /// When the installed map was installed ([`Cluster::now_ms`]).
     map_installed_ms: AtomicU64,
+    /// Writes are acknowledged after their backups applied them (`cluster.replication =
+    /// "sync"`) or at once: starts as configured, switched live ([`Cluster::set_replication`]).
+    replication_sync: AtomicBool,
     clock: Instant,
 }
 
@@ -188,6 +191,31 @@ impl Cluster {
 
     /// The installed map's epoch, without a lock. It changes only with the map, in
     /// [`Cluster::install_map`], before that map's outputs (trims included) are executed.
+    /// When this cell acknowledges a write it masters: the configured mode until a switch.
+    pub fn replication(&self) -> ReplicationMode {
+        if self.replication_sync.load(Ordering::Acquire) {
+            ReplicationMode::Sync
+        } else {
+            ReplicationMode::Async
+        }
+    }
+
+    /// Switches the replication mode live; returns the one it replaces. A write executed
+    /// from now on is acknowledged as `mode` says; a reply already held for its backups
+    /// still waits for them. Nothing else changes: frames go to the backups as they did,
+    /// in order, in both modes, so a switch to `sync` waits for the writes of the `async`
+    /// time too (positions are acknowledged in order).
+    pub fn set_replication(&self, mode: ReplicationMode) -> ReplicationMode {
+        let was = self
+            .replication_sync
+            .swap(mode == ReplicationMode::Sync, Ordering::AcqRel);
+        if was {
+            ReplicationMode::Sync
+        } else {
+            ReplicationMode::Async
+        }
+    }
+
     pub fn epoch(&self) -> u64 {
         self.epoch.load(Ordering::Acquire)
     }
@@ -334,6 +362,7 @@ impl Cluster {
             raft_ids: Mutex::new(HashMap::new()),
             streams: Mutex::new(BTreeMap::new()),
             reconciling: AtomicBool::new(false),
+            replication_sync: AtomicBool::new(config.replication == ReplicationMode::Sync),
             reconcile_wanted: AtomicBool::new(false),
             catching_up: AtomicBool::new(false),
             catch_up_at: AtomicU64::new(0),

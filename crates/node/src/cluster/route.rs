@@ -274,8 +274,11 @@ fn after(
         // answered NOT_STORED for a key that existed.)
         After::Reroute
     } else if !captured.positions.is_empty()
-        && cl.config.replication == crate::config::ReplicationMode::Sync
+        && cl.replication() == crate::config::ReplicationMode::Sync
     {
+        cl.stats
+            .replies_held
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         After::Wait(captured.positions)
     } else {
         After::Now

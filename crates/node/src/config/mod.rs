@@ -58,6 +58,25 @@ pub enum ReplicationMode {
     Async,
 }
 
+impl ReplicationMode {
+    /// Its name in the configuration, `ctl switch` and `stats settings`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReplicationMode::Sync => "sync",
+            ReplicationMode::Async => "async",
+        }
+    }
+
+    /// The mode a name stands for.
+    pub fn from_name(name: &str) -> Option<ReplicationMode> {
+        match name {
+            "sync" => Some(ReplicationMode::Sync),
+            "async" => Some(ReplicationMode::Async),
+            _ => None,
+        }
+    }
+}
+
 /// What a master does with a write when a backup cannot be reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
