@@ -101,6 +101,12 @@ enum CtlCommand {
         #[arg(long, requires = "list")]
         json: bool,
     },
+    /// This cell's automatic policy, which switches its eviction policy by the access
+    /// pattern it sees (`[switching]`, docs/switching.md).
+    Autoswitch {
+        #[command(subcommand)]
+        command: AutoswitchCommand,
+    },
     /// The ring's secret.
     Secret {
         #[command(subcommand)]
@@ -115,6 +121,20 @@ enum AutoscaleCommand {
     /// Turn autoscaling off, on every cell of the ring (nothing in progress is undone).
     Off,
     /// The switch, the policy and the recent decisions, from the deciding cell.
+    Status {
+        /// As JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(clap::Subcommand)]
+enum AutoswitchCommand {
+    /// Let the cell switch its eviction policy by itself.
+    On,
+    /// Stop the automatic switches (the cell keeps its policy and goes on sampling).
+    Off,
+    /// On or off, the signals of the last window, the verdict and the recent switches.
     Status {
         /// As JSON.
         #[arg(long)]
@@ -203,16 +223,70 @@ fn switch_list(body: &str, json: bool) -> anyhow::Result<String> {
     Ok(out)
 }
 
+/// `ctl autoswitch status`: the admin plane's JSON as lines — `AUTOSWITCH on|off eviction
+/// <policy> switches <n>`, `SIGNAL …` (the last window), `VERDICT …`, one `SWITCHED …` per
+/// recent switch.
+fn autoswitch_text(body: &str) -> anyhow::Result<String> {
+    let st: serde_json::Value = serde_json::from_str(body).context("the /autoswitch reply")?;
+    let mut out = format!(
+        "AUTOSWITCH {} eviction {} switches {}\n",
+        if st["enabled"].as_bool() == Some(true) {
+            "on"
+        } else {
+            "off"
+        },
+        st["eviction"].as_str().unwrap_or("?"),
+        st["switches"]
+    );
+    let pct = |v: &serde_json::Value| format!("{:.1}%", v.as_f64().unwrap_or(0.0) * 100.0);
+    let signal = &st["signal"];
+    if !signal.is_null() {
+        out += &format!(
+            "SIGNAL window_ms {} evicted {} unread_evicted {} ghost_hits {}\n",
+            signal["window_ms"],
+            signal["evicted"],
+            pct(&signal["unread_evicted"]),
+            pct(&signal["ghost_hits"])
+        );
+    }
+    if let Some(reason) = st["verdict"]["reason"].as_str() {
+        out += &format!("VERDICT {reason}\n");
+    }
+    for e in st["events"].as_array().into_iter().flatten() {
+        out += &format!(
+            "SWITCHED at {} {} {} -> {}: {}\n",
+            e["at"],
+            e["block"].as_str().unwrap_or("?"),
+            e["from"].as_str().unwrap_or("?"),
+            e["to"].as_str().unwrap_or("?"),
+            e["reason"].as_str().unwrap_or("")
+        );
+    }
+    Ok(out)
+}
+
 pub fn run(args: CtlArgs) -> anyhow::Result<()> {
     let server = &args.server;
     let token = read_token(args.admin_token_file.as_deref())?;
     let token = token.as_deref();
     let reply = match &args.command {
         CtlCommand::Status => {
-            let ring = admin(server, "GET", "/cluster/status", token)?;
+            // A standalone cell has no ring to show, only its own blocks.
+            let reply = client::call(server, "GET", "/cluster/status", token, CTL_TIMEOUT)?;
+            let ring = match reply.status {
+                409 => format!(
+                    "STANDALONE {}",
+                    reply.body.trim_start_matches("SERVER_ERROR ")
+                ),
+                _ => admin(server, "GET", "/cluster/status", token)?,
+            };
             // The decider's state and recent decisions, when the cell has autoscaling.
             let scale = admin(server, "GET", "/cluster/autoscale", token).unwrap_or_default();
-            ring + scale.strip_prefix("SERVER_ERROR").map_or(&scale, |_| "")
+            let switching = admin(server, "GET", "/autoswitch", token)
+                .ok()
+                .and_then(|body| autoswitch_text(&body).ok())
+                .unwrap_or_default();
+            ring + scale.strip_prefix("SERVER_ERROR").map_or(&scale, |_| "") + &switching
         }
         CtlCommand::Switch {
             block,
@@ -240,6 +314,16 @@ pub fn run(args: CtlArgs) -> anyhow::Result<()> {
             }
             AutoscaleCommand::Status { json: false } => {
                 admin(server, "GET", "/cluster/autoscale", token)?
+            }
+        },
+        CtlCommand::Autoswitch { command } => match command {
+            AutoswitchCommand::On => admin(server, "POST", "/autoswitch/on", token)?,
+            AutoswitchCommand::Off => admin(server, "POST", "/autoswitch/off", token)?,
+            AutoswitchCommand::Status { json: true } => {
+                admin(server, "GET", "/autoswitch", token)? + "\n"
+            }
+            AutoswitchCommand::Status { json: false } => {
+                autoswitch_text(&admin(server, "GET", "/autoswitch", token)?)?
             }
         },
         CtlCommand::Tier { command } => match command {

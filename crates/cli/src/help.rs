@@ -19,6 +19,7 @@ const KEYS: &[(&str, &str)] = &[
     ("disable_flush_all", "server.flush_enabled"),
     ("disable_evictions", "store.evictions"),
     ("eviction", "store.eviction"),
+    ("auto_switch", "switching.auto"),
     ("disable_cas", "store.cas_enabled"),
     ("max_reqs_per_event", "server.requests_per_event_max"),
     ("detail_delimiter", "server.detail_delimiter"),

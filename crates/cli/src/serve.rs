@@ -54,6 +54,11 @@ pub struct ServeArgs {
     /// second_chance_fifo or least_live_of_lru.
     #[arg(long, value_name = "POLICY")]
     pub eviction: Option<cellcache_store::EvictionPolicyKind>,
+    /// Switch the eviction policy by itself, by the access pattern the cell sees (lru while
+    /// evicted items were read, s3fifo when scans push them out; `[switching]`,
+    /// docs/switching.md).
+    #[arg(long)]
+    pub auto_switch: bool,
     /// No CAS (memcached -C): gets/mg report CAS 0, cas and ms C never match, items count
     /// 8 bytes less against -I.
     #[arg(short = 'C', long)]
@@ -249,6 +254,9 @@ impl ServeArgs {
         }
         if let Some(policy) = self.eviction {
             c.store.eviction = policy;
+        }
+        if self.auto_switch {
+            c.switching.auto = true;
         }
         if self.disable_cas {
             c.store.cas_enabled = false;

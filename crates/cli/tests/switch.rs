@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use common::{Server, is_memcached};
@@ -21,31 +20,14 @@ const WRITES_BETWEEN_SWITCHES: u64 = 1_500;
 /// Bound on each writer's rounds, whatever the switches' pace.
 const ROUNDS_MAX: usize = 200_000;
 
-fn ctl_switch_list_json(server: &Server) -> String {
-    let admin = server
-        .admin
-        .expect("cellcache has an admin port")
-        .to_string();
-    let out = Command::new(env!("CARGO_BIN_EXE_cellcache"))
-        .args(["ctl", "-s", &admin, "switch", "--list", "--json"])
-        .stdin(Stdio::null())
-        .output()
-        .expect("ctl runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
 #[test]
 fn eviction_switches_back_and_forth_under_load_without_errors_or_stale_reads() {
     if is_memcached() {
         return; // memcached has no admin plane to switch through
     }
     let server = Server::start(&["--standalone", "-m", "16"]);
-    let listed: serde_json::Value = serde_json::from_str(&ctl_switch_list_json(&server)).unwrap();
+    let listed: serde_json::Value =
+        serde_json::from_str(&server.ctl(&["switch", "--list", "--json"])).unwrap();
     assert_eq!(
         listed,
         serde_json::json!({

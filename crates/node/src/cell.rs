@@ -48,6 +48,8 @@ pub struct Cell {
     pub tier: Option<Arc<crate::tier::Tier>>,
     /// Failed logins per client address (`server.auth_failures_max`).
     pub login_throttle: crate::throttle::LoginThrottle,
+    /// The automatic policy that switches the eviction policy (`[switching]`).
+    pub auto_switch: crate::blocks::auto::AutoSwitch,
 }
 
 /// Client TLS of a running cell.
@@ -74,6 +76,7 @@ impl Cell {
             std::time::Duration::from_secs(config.server.auth_failure_window_secs),
             config.server.auth_throttle_addresses_max,
         );
+        let auto_switch = crate::blocks::auto::AutoSwitch::new(&config.switching);
         Cell {
             store,
             limits,
@@ -93,6 +96,7 @@ impl Cell {
             login_throttle,
             credentials: None,
             tier: None,
+            auto_switch,
         }
     }
 

@@ -59,6 +59,8 @@ pub enum StartError {
     Ring(#[source] cluster::StartError),
     #[error("starting the I/O engine")]
     Engine(#[source] cellcache_io::IoError),
+    #[error("starting the automatic switching thread")]
+    AutoSwitch(#[source] std::io::Error),
     #[error("client TLS (server.tls, memcached -Z)")]
     Tls(#[from] cellcache_io::tls::TlsError),
     #[error(transparent)]
@@ -175,6 +177,7 @@ impl Node {
         cell.credentials = credentials;
         cell.tier = tier;
         let cell = Arc::new(cell);
+        blocks::auto::AutoSwitch::spawn(cell.clone()).map_err(StartError::AutoSwitch)?;
         // The ring first: the client port opens once this cell knows what it owns.
         let ring = if cell.config.cluster.enabled && cell.config.cluster.standby {
             tracing::info!("standby: waiting for `ctl split` to bring this cell into a ring");

@@ -378,6 +378,10 @@ fn own(cell: &Cell, out: &mut Vec<u8>) {
     stat(out, "slabs_partial", s.slabs_partial);
     stat(out, "slabs_full", s.slabs_full);
     stat(out, "store_shards", s.shards);
+    // The automatic policy's inputs and what it did (`[switching]`, docs/switching.md).
+    stat(out, "ghost_hits", s.ghost_hits);
+    stat(out, "auto_switch", u8::from(cell.auto_switch.enabled()));
+    stat(out, "auto_switches", cell.auto_switch.switches());
     cell.latency.write_stats(out);
     if let Some(tier) = &cell.tier {
         tier.write_stats(out);

@@ -125,9 +125,11 @@ fn main() {
         }
         let st = store.stats();
         println!(
-            "{:<40} hit {:6.2} %  items {}  promoted {}  ghost {}",
+            "{:<40} hit {:6.2} %  unread evicted {:5.1} %  ghost hits {:5.1} % of inserts  items {}  promoted {}  ghost {}",
             eviction.to_string(),
             100.0 * hits as f64 / lookups as f64,
+            100.0 * st.evicted_unfetched as f64 / st.evicted_items.max(1) as f64,
+            100.0 * st.ghost_hits as f64 / st.total_items.max(1) as f64,
             st.curr_items,
             st.promoted_items,
             st.ghost_entries

@@ -31,6 +31,9 @@ pub struct Stats {
     /// Items an S3-FIFO clearing kept (moved to the main queue, or kept there) because
     /// accesses were counted for them.
     pub promoted_items: u64,
+    /// New items S3-FIFO's ghost table remembered (dropped from its small queue unread and
+    /// written again soon): they go to the main queue.
+    pub ghost_hits: u64,
     /// Slabs holding S3-FIFO's ghost table instead of items.
     pub slabs_ghost: u64,
     /// Key hashes S3-FIFO's ghost table can hold.
@@ -76,6 +79,7 @@ pub(crate) struct ShardCounters {
     pub compacted_bytes: u64,
     pub second_chance_items: u64,
     pub promoted_items: u64,
+    pub ghost_hits: u64,
     pub get_hits: u64,
     pub get_misses: u64,
     pub get_expired: u64,

@@ -2,14 +2,14 @@
 //! once (`--ring`) and one by one, back and forth, while clients write and read through
 //! every cell; and the replication block taking effect the moment it is switched.
 
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::common::{self, Ring, Server};
 
-/// Switches made while the clients run (each one a block on every cell).
-const SWITCHES: usize = 24;
+/// Switches made while the clients run (each one a block on every cell): every block the ring
+/// switches (eviction, replication) goes back and forth 100 times.
+const SWITCHES: usize = 200;
 /// Writer threads, one per cell of the ring, each with its own keys.
 const WRITERS: usize = 3;
 /// Keys per writer: 3 × 2,000 × ~330 bytes stay far below every cell's memory, so no key
@@ -20,26 +20,8 @@ const WRITES_BETWEEN_SWITCHES: u64 = 300;
 /// Bound on each writer's rounds, whatever the switches' pace.
 const ROUNDS_MAX: u64 = 200_000;
 
-/// `cellcache ctl -s ADMIN ARGS` against `server`: its output, or a failure with its error.
-fn ctl(server: &Server, args: &[&str]) -> String {
-    let admin = server.admin.expect("a cell has an admin port").to_string();
-    let out = Command::new(env!("CARGO_BIN_EXE_cellcache"))
-        .args(["ctl", "-s", &admin])
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("ctl runs");
-    assert!(
-        out.status.success(),
-        "ctl {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
 fn blocks(server: &Server) -> serde_json::Value {
-    serde_json::from_str(&ctl(server, &["switch", "--list", "--json"])).unwrap()
+    serde_json::from_str(&server.ctl(&["switch", "--list", "--json"])).unwrap()
 }
 
 /// One writer: sets its keys through `server` and reads them back; every set is stored and
@@ -122,7 +104,7 @@ fn blocks_switch_on_every_cell_back_and_forth_under_load_without_errors_or_lost_
             };
             if i % 8 < 4 {
                 // Every cell at once, through the one cell's admin plane.
-                let out = ctl(&ring.cells[i % WRITERS], &["switch", "--ring", block, to]);
+                let out = ring.cells[i % WRITERS].ctl(&["switch", "--ring", block, to]);
                 assert!(
                     out.starts_with(&format!("OK {WRITERS} of {WRITERS} cells")),
                     "{out}"
@@ -130,12 +112,14 @@ fn blocks_switch_on_every_cell_back_and_forth_under_load_without_errors_or_lost_
             } else {
                 // One by one, each cell's own admin plane.
                 for cell in &ring.cells {
-                    let out = ctl(cell, &["switch", block, to]);
+                    let out = cell.ctl(&["switch", block, to]);
                     assert!(out.starts_with(&format!("OK {block} ")), "{out}");
                 }
             }
             for cell in &ring.cells {
-                assert_eq!(blocks(cell)[block]["current"], to);
+                let (_, list) = cell.admin_call("GET", "/switch");
+                let list: serde_json::Value = serde_json::from_str(&list).unwrap();
+                assert_eq!(list[block]["current"], to, "{list}");
             }
             // Let the writers make progress between switches (a bounded wait).
             let seen = writes.load(Ordering::Relaxed);
@@ -188,7 +172,7 @@ fn a_replication_switch_changes_the_next_writes_acknowledgement() {
         "SERVER_ERROR cluster: write not confirmed by its backup (it may or may not be applied)";
     c.send(format!("set {key} 0 0 1\r\nb\r\n").as_bytes());
     assert_eq!(c.line(), refused);
-    let out = ctl(&ring.cells[0], &["switch", "replication", "async"]);
+    let out = ring.cells[0].ctl(&["switch", "replication", "async"]);
     assert_eq!(out.trim_end(), "OK replication sync -> async");
     let held = c.stat("cluster_replies_held");
     for value in ["c", "d"] {
@@ -199,7 +183,7 @@ fn a_replication_switch_changes_the_next_writes_acknowledgement() {
     }
     assert_eq!(c.stat("cluster_replies_held"), held, "async holds no reply");
     assert_eq!(c.get_value(&key).as_deref(), Some("d"));
-    let out = ctl(&ring.cells[0], &["switch", "replication", "sync"]);
+    let out = ring.cells[0].ctl(&["switch", "replication", "sync"]);
     assert_eq!(out.trim_end(), "OK replication async -> sync");
     c.send(format!("set {key} 0 0 1\r\ne\r\n").as_bytes());
     assert_eq!(c.line(), refused);

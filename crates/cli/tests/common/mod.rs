@@ -167,6 +167,29 @@ impl Server {
         (reply.status, reply.body)
     }
 
+    /// `cellcache ctl -s ADMIN ARGS` against this cell: its output, or a failure with its
+    /// error.
+    pub fn ctl(&self, args: &[&str]) -> String {
+        let admin = self
+            .admin
+            .expect("a cellcache cell has an admin port")
+            .to_string();
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_cellcache"));
+        let out = command
+            .args(["ctl", "-s", &admin])
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("ctl runs");
+        assert!(
+            out.status.success(),
+            "ctl {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("ctl prints UTF-8")
+    }
+
     /// The body of a GET on the admin plane, split into lines, without a final `END`.
     pub fn admin_lines(&self, path: &str) -> Vec<String> {
         let (_, body) = self.admin_call("GET", path);

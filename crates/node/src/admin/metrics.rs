@@ -94,6 +94,16 @@ const COUNTERS: &[(&str, &str, &str)] = &[
         "Requests this cell forwarded to their key's master.",
     ),
     (
+        "cellcache_ghost_hits",
+        "ghost_hits",
+        "New items S3-FIFO's ghost table remembered (dropped unread, written again soon).",
+    ),
+    (
+        "cellcache_auto_switches",
+        "auto_switches",
+        "Blocks the automatic policy switched ([switching] auto).",
+    ),
+    (
         "cellcache_replies_held",
         "cluster_replies_held",
         "Write replies held until the backups acknowledged the write (replication sync).",
@@ -202,6 +212,11 @@ const GAUGES: &[(&str, &str, &str)] = &[
         "cellcache_stored_bytes",
         "bytes",
         "Bytes of items held, a backup's copies included.",
+    ),
+    (
+        "cellcache_auto_switch_enabled",
+        "auto_switch",
+        "1 when the automatic policy switches blocks by itself ([switching] auto).",
     ),
     (
         "cellcache_epoch",

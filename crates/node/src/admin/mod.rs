@@ -226,6 +226,8 @@ fn router(plane: Arc<Plane>) -> Router {
         .route("/tier", get(tier::status))
         .route("/tier/policy/{policy}", post(tier::policy))
         .route("/switch", get(switch_list))
+        .route("/autoswitch", get(autoswitch_status))
+        .route("/autoswitch/{switch}", post(autoswitch_switch))
         .route("/switch/{block}/{implementation}", post(switch_block))
         .route(
             "/cluster/switch/{block}/{implementation}",
@@ -405,6 +407,26 @@ async fn switch_block(
         Ok(line) => text(format!("OK {line}\r\n").into_bytes()),
         Err(e) => text(e.reply()),
     }
+}
+
+/// This cell's automatic policy: on or off, its verdict and signals, its recent switches
+/// (`ctl autoswitch status --json`, JSON: [`crate::blocks::auto::Status`]).
+async fn autoswitch_status(State(plane): State<Arc<Plane>>) -> Response {
+    axum::Json(plane.cell.auto_switch.status(&plane.cell)).into_response()
+}
+
+/// Turns this cell's automatic policy on or off (`ctl autoswitch on|off`).
+async fn autoswitch_switch(
+    State(plane): State<Arc<Plane>>,
+    Path(switch): Path<String>,
+) -> Response {
+    let on = match switch.as_str() {
+        "on" => true,
+        "off" => false,
+        _ => return text(b"CLIENT_ERROR autoswitch on or off\r\n".to_vec()),
+    };
+    plane.cell.auto_switch.set_enabled(on);
+    text(format!("OK autoswitch {switch}\r\n").into_bytes())
 }
 
 /// Switches `block` on every cell of the ring (`ctl switch --ring`).

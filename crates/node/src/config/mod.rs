@@ -18,6 +18,7 @@ mod autoscale;
 mod dns;
 mod listen;
 mod peer_tls;
+mod switching;
 mod tier;
 pub use admin::{ADMIN_PORT_OFFSET, AdminConfig};
 pub use autoscale::{
@@ -29,6 +30,7 @@ pub use cellcache_store::StoreConfig;
 pub use dns::DnsConfig;
 pub use listen::{BadListenAddr, ListenAddr, ListenAddrs};
 pub use peer_tls::{PEER_TLS_SERVER_NAME_DEFAULT, PeerTlsConfig};
+pub use switching::SwitchingConfig;
 pub use tier::{TierConfig, WritePolicy};
 
 /// Everything a cell can be told.
@@ -45,6 +47,7 @@ pub struct NodeConfig {
     pub dns: DnsConfig,
     pub autoscale: AutoscaleConfig,
     pub tier: TierConfig,
+    pub switching: SwitchingConfig,
 }
 
 /// When a master acknowledges a write: after its backups applied it, or at once.
@@ -577,6 +580,7 @@ impl NodeConfig {
             ));
         }
         self.store.validate().map_err(|e| invalid(&e))?;
+        self.switching.validate().map_err(|e| invalid(&e))?;
         self.autoscale
             .policy()
             .validate()

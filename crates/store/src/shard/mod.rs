@@ -431,6 +431,7 @@ impl Shard {
         // its slab's first clearing moves it to main.
         let admitted = self.ghost_take(hash);
         let in_main = if admitted {
+            self.counters.ghost_hits += 1;
             self.alloc_in_main_head(|base| item::encoded_len(&fields, base))
         } else {
             None

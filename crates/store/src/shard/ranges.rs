@@ -187,6 +187,7 @@ impl Shard {
         s.compacted_bytes += c.compacted_bytes;
         s.second_chance_items += c.second_chance_items;
         s.promoted_items += c.promoted_items;
+        s.ghost_hits += c.ghost_hits;
         s.slabs_ghost += self.slabs.count(ListId::Ghost) as u64;
         s.ghost_entries += self.ghost_capacity() as u64;
         s.get_hits += c.get_hits;

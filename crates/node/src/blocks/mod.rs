@@ -13,6 +13,8 @@
 //! one by one (each cell's admin plane) or all at once ([`switch_ring`], through the peer
 //! plane's `switch` control command, which proves the ring's secret like every peer frame).
 
+pub mod auto;
+
 use std::sync::Arc;
 
 use cellcache_store::{EvictionPolicyKind, Layout};
