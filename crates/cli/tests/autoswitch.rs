@@ -128,6 +128,28 @@ fn run_until(
     );
 }
 
+/// Runs `phase` until the cell made its `n`th switch; that switch's event.
+fn run_until_switched(
+    server: &Server,
+    c: &mut Client,
+    phase: Phase,
+    fresh: &mut u64,
+    n: u64,
+) -> serde_json::Value {
+    let st = run_until(server, c, phase, fresh, |st| st["switches"] == n);
+    st["events"][n as usize - 1].clone()
+}
+
+/// The event is a switch `from` → `to` whose reason says `why`.
+fn assert_switch(event: &serde_json::Value, from: &str, to: &str, why: &str) {
+    assert_eq!(
+        (event["from"].as_str(), event["to"].as_str()),
+        (Some(from), Some(to)),
+        "{event}"
+    );
+    assert!(event["reason"].as_str().unwrap().contains(why), "{event}");
+}
+
 #[test]
 fn the_cell_switches_its_eviction_policy_by_the_access_pattern() {
     if is_memcached() {
@@ -152,38 +174,16 @@ fn the_cell_switches_its_eviction_policy_by_the_access_pattern() {
     assert_eq!(st["eviction"], "lru", "{st}");
 
     // A scan: what slab LRU evicts was never read, so the cell takes S3-FIFO.
-    let st = run_until(&server, &mut c, Phase::Scan, &mut fresh, |st| {
-        st["eviction"] == "s3fifo"
-    });
-    assert_eq!(st["switches"], 1, "{st}");
-    let event = &st["events"][0];
-    assert_eq!(
-        (&event["from"], &event["to"]),
-        (&"lru".into(), &"s3fifo".into())
-    );
-    assert!(
-        event["reason"].as_str().unwrap().contains("never read"),
-        "{event}"
-    );
+    let event = run_until_switched(&server, &mut c, Phase::Scan, &mut fresh, 1);
+    assert_switch(&event, "lru", "s3fifo", "never read");
     assert!(
         event["signal"]["unread_evicted"].as_f64().unwrap() >= 0.7,
         "{event}"
     );
 
     // Uniform re-reads: S3-FIFO's ghost keeps sending keys back, so the cell takes LRU.
-    let st = run_until(&server, &mut c, Phase::Uniform, &mut fresh, |st| {
-        st["eviction"] == "lru"
-    });
-    assert_eq!(st["switches"], 2, "{st}");
-    let event = &st["events"][1];
-    assert_eq!(
-        (&event["from"], &event["to"]),
-        (&"s3fifo".into(), &"lru".into())
-    );
-    assert!(
-        event["reason"].as_str().unwrap().contains("ghost"),
-        "{event}"
-    );
+    let event = run_until_switched(&server, &mut c, Phase::Uniform, &mut fresh, 2);
+    assert_switch(&event, "s3fifo", "lru", "ghost");
 
     // Shown where an operator looks: ctl status, stats and the metrics.
     let text = server.ctl(&["status"]);
