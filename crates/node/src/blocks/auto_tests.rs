@@ -1,3 +1,6 @@
+//! Unit tests of the automatic policy's decider (`auto.rs`): measured workloads, windows,
+//! cooldowns and resets, as sample sequences.
+
 use super::*;
 
 fn config() -> SwitchingConfig {
@@ -243,7 +246,7 @@ fn the_signal_is_the_share_over_the_window_only() {
         },
         11,
     );
-    let s = d.signal().unwrap();
+    let s = d.signal().expect("a whole window was measured");
     assert!((s.ghost_hits - 0.1).abs() < 1e-9, "{s:?}");
     assert!((s.unread_evicted - 1.0).abs() < 1e-9, "{s:?}");
     assert!(s.window_ms >= 10_000 && s.window_ms <= 11_000, "{s:?}");

@@ -10,6 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod text;
+use text::{autoswitch_text, switch_list};
+
 /// How long `ctl` waits for a cell's answer (a split waits for the whole hand-off start).
 const CTL_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -201,68 +204,6 @@ fn peer_of(server: &str, token: Option<&str>) -> anyhow::Result<String> {
         .and_then(|l| l.split(' ').find_map(|w| w.strip_prefix("peer=")))
         .map(str::to_string)
         .with_context(|| format!("no peer address of cell {me} in the status of {server}"))
-}
-
-/// `ctl switch --list`: the admin plane's JSON as is, or one line per block.
-fn switch_list(body: &str, json: bool) -> anyhow::Result<String> {
-    if json {
-        return Ok(body.to_string());
-    }
-    let blocks: serde_json::Value = serde_json::from_str(body).context("the /switch reply")?;
-    let mut out = String::new();
-    for (block, v) in blocks.as_object().into_iter().flatten() {
-        let available: Vec<&str> = v["available"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|a| a.as_str())
-            .collect();
-        let current = v["current"].as_str().unwrap_or("?");
-        out += &format!("{block} {current} (available: {})\n", available.join(", "));
-    }
-    Ok(out)
-}
-
-/// `ctl autoswitch status`: the admin plane's JSON as lines — `AUTOSWITCH on|off eviction
-/// <policy> switches <n>`, `SIGNAL …` (the last window), `VERDICT …`, one `SWITCHED …` per
-/// recent switch.
-fn autoswitch_text(body: &str) -> anyhow::Result<String> {
-    let st: serde_json::Value = serde_json::from_str(body).context("the /autoswitch reply")?;
-    let mut out = format!(
-        "AUTOSWITCH {} eviction {} switches {}\n",
-        if st["enabled"].as_bool() == Some(true) {
-            "on"
-        } else {
-            "off"
-        },
-        st["eviction"].as_str().unwrap_or("?"),
-        st["switches"]
-    );
-    let pct = |v: &serde_json::Value| format!("{:.1}%", v.as_f64().unwrap_or(0.0) * 100.0);
-    let signal = &st["signal"];
-    if !signal.is_null() {
-        out += &format!(
-            "SIGNAL window_ms {} evicted {} unread_evicted {} ghost_hits {}\n",
-            signal["window_ms"],
-            signal["evicted"],
-            pct(&signal["unread_evicted"]),
-            pct(&signal["ghost_hits"])
-        );
-    }
-    if let Some(reason) = st["verdict"]["reason"].as_str() {
-        out += &format!("VERDICT {reason}\n");
-    }
-    for e in st["events"].as_array().into_iter().flatten() {
-        out += &format!(
-            "SWITCHED at {} {} {} -> {}: {}\n",
-            e["at"],
-            e["block"].as_str().unwrap_or("?"),
-            e["from"].as_str().unwrap_or("?"),
-            e["to"].as_str().unwrap_or("?"),
-            e["reason"].as_str().unwrap_or("")
-        );
-    }
-    Ok(out)
 }
 
 pub fn run(args: CtlArgs) -> anyhow::Result<()> {
