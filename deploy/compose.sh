@@ -79,8 +79,9 @@ wait_for() {
 
 formed() { [ "$(admin /cluster/status | grep -c ' active ')" -eq 3 ]; }
 scraped() {
-  curl -fsS --max-time 5 'http://127.0.0.1:9090/api/v1/query?query=count(up%3D%3D1)' |
-    grep -q '"value":\[[0-9.]*,"3"\]'
+  local reply
+  reply=$(curl -fsS --max-time 5 'http://127.0.0.1:9090/api/v1/query?query=count(up%3D%3D1)')
+  grep -q '"value":\[[0-9.]*,"3"\]' <<< "$reply"
 }
 
 up() {
@@ -107,7 +108,11 @@ check() {
     exit 1
   }
   echo "set/get through cell 1: ok"
-  curl -fsS --max-time 5 http://127.0.0.1:31211/ | grep -q '<title>cellcache ring</title>'
+  # The whole page first: `curl | grep -q` fails under pipefail when grep stops reading
+  # before curl has written the rest (curl: (23) Failed writing body).
+  local page
+  page=$(curl -fsS --max-time 5 http://127.0.0.1:31211/)
+  grep -q '<title>cellcache ring</title>' <<< "$page"
   echo "dashboard page: ok"
   scraped
   echo "Prometheus: count(up == 1) = 3"
