@@ -284,18 +284,8 @@ fn an_unreachable_backup_refuses_or_accepts_writes_by_policy() {
         ),
         ("accept", "STORED"),
     ] {
-        let env = [
-            ("CELLCACHE_CLUSTER__NO_BACKUP", policy),
-            ("CELLCACHE_CLUSTER__RING__LEASE_MS", "20000"),
-            ("CELLCACHE_CLUSTER__RING__SUSPICION_TIMEOUT_MS", "60000"),
-            // Two voters: with one dead the map can no longer be confirmed.
-            ("CELLCACHE_CLUSTER__RING__MAP_LEASE_MS", "20000"),
-        ];
-        let mut ring = Ring::start_with_env(2, &["-m", "32"], &env);
-        let key = (0..)
-            .map(|i| format!("p{i}"))
-            .find(|k| ring.master_of(k) == 0)
-            .unwrap();
+        let mut ring = Ring::two_cells_for_a_dead_backup(policy);
+        let key = ring.key_mastered_by(0, "p");
         let mut c = ring.cells[0].connect();
         c.roundtrip(
             format!("set {key} 0 0 1\r\na\r\n").as_bytes(),

@@ -105,10 +105,7 @@ fn a_silent_master_does_not_hold_a_forwarded_request_forever() {
         return;
     }
     let ring = Ring::start(3, &["-m", "32"]);
-    let key = (0..)
-        .map(|i| format!("s{i}"))
-        .find(|k| ring.master_of(k) == 2)
-        .unwrap();
+    let key = ring.key_mastered_by(2, "s");
     let mut c = ring.cells[0].connect();
     c.roundtrip(
         format!("set {key} 0 0 1\r\nv\r\n").as_bytes(),

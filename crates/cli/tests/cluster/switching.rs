@@ -149,17 +149,8 @@ fn a_replication_switch_changes_the_next_writes_acknowledgement() {
     if common::is_memcached() {
         return;
     }
-    let env = [
-        ("CELLCACHE_CLUSTER__NO_BACKUP", "refuse"),
-        ("CELLCACHE_CLUSTER__RING__LEASE_MS", "20000"),
-        ("CELLCACHE_CLUSTER__RING__SUSPICION_TIMEOUT_MS", "60000"),
-        ("CELLCACHE_CLUSTER__RING__MAP_LEASE_MS", "20000"),
-    ];
-    let mut ring = Ring::start_with_env(2, &["-m", "32"], &env);
-    let key = (0..)
-        .map(|i| format!("r{i}"))
-        .find(|k| ring.master_of(k) == 0)
-        .unwrap();
+    let mut ring = Ring::two_cells_for_a_dead_backup("refuse");
+    let key = ring.key_mastered_by(0, "r");
     let mut c = ring.cells[0].connect();
     c.roundtrip(
         format!("set {key} 0 0 1\r\na\r\n").as_bytes(),

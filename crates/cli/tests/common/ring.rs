@@ -118,6 +118,28 @@ impl Ring {
         body.trim_end().to_string()
     }
 
+    /// Two cells whose map outlives the death of either one for a while (leases and the
+    /// suspicion timeout long: with one of two voters dead the map can no longer be
+    /// confirmed), `-m 32`, and `cluster.no_backup` = `no_backup`: a write with its backup
+    /// dead is refused or accepted by that policy alone.
+    pub fn two_cells_for_a_dead_backup(no_backup: &str) -> Ring {
+        let env = [
+            ("CELLCACHE_CLUSTER__NO_BACKUP", no_backup),
+            ("CELLCACHE_CLUSTER__RING__LEASE_MS", "20000"),
+            ("CELLCACHE_CLUSTER__RING__SUSPICION_TIMEOUT_MS", "60000"),
+            ("CELLCACHE_CLUSTER__RING__MAP_LEASE_MS", "20000"),
+        ];
+        Ring::start_with_env(2, &["-m", "32"], &env)
+    }
+
+    /// The first of `prefix0`, `prefix1`, … whose master is cell `cell`.
+    pub fn key_mastered_by(&self, cell: usize, prefix: &str) -> String {
+        (0..)
+            .map(|i| format!("{prefix}{i}"))
+            .find(|k| self.master_of(k) == cell)
+            .expect("some key of an endless sequence lands in every range")
+    }
+
     /// Index of the cell whose range holds `key`'s hash (from cell 0's status).
     pub fn master_of(&self, key: &str) -> usize {
         let h = cellcache_cluster::key_hash(key.as_bytes());
