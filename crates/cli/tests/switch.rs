@@ -26,8 +26,7 @@ fn eviction_switches_back_and_forth_under_load_without_errors_or_stale_reads() {
         return; // memcached has no admin plane to switch through
     }
     let server = Server::start(&["--standalone", "-m", "16"]);
-    let listed: serde_json::Value =
-        serde_json::from_str(&server.ctl(&["switch", "--list", "--json"])).unwrap();
+    let listed = server.blocks();
     assert_eq!(
         listed,
         serde_json::json!({

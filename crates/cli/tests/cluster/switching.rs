@@ -20,10 +20,6 @@ const WRITES_BETWEEN_SWITCHES: u64 = 300;
 /// Bound on each writer's rounds, whatever the switches' pace.
 const ROUNDS_MAX: u64 = 200_000;
 
-fn blocks(server: &Server) -> serde_json::Value {
-    serde_json::from_str(&server.ctl(&["switch", "--list", "--json"])).unwrap()
-}
-
 /// One writer: sets its keys through `server` and reads them back; every set is stored and
 /// every read finds exactly the version last stored (none is evicted). Returns its reads.
 fn write_and_read(server: &Server, w: usize, done: &AtomicBool, writes: &AtomicU64) -> u64 {
@@ -64,7 +60,7 @@ fn blocks_switch_on_every_cell_back_and_forth_under_load_without_errors_or_lost_
         return;
     }
     let ring = Ring::start(WRITERS, &["-m", "32"]);
-    let listed = blocks(&ring.cells[0]);
+    let listed = ring.cells[0].blocks();
     assert_eq!(
         listed,
         serde_json::json!({

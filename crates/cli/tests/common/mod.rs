@@ -190,6 +190,11 @@ impl Server {
         String::from_utf8(out.stdout).expect("ctl prints UTF-8")
     }
 
+    /// `ctl switch --list --json`: every block's implementation and the others.
+    pub fn blocks(&self) -> serde_json::Value {
+        serde_json::from_str(&self.ctl(&["switch", "--list", "--json"])).expect("JSON blocks")
+    }
+
     /// The body of a GET on the admin plane, split into lines, without a final `END`.
     pub fn admin_lines(&self, path: &str) -> Vec<String> {
         let (_, body) = self.admin_call("GET", path);
