@@ -55,7 +55,7 @@ fn shifts_down_and_up_under_load_lose_nothing() {
     if common::is_memcached() {
         return;
     }
-    let ring = Ring::start(3, &["-m", "32"]);
+    let mut ring = Ring::start(3, &["-m", "32"]);
     let servers: Vec<_> = ring.cells.iter().map(|s| s.addr).collect();
     let (registers, logs) = load(servers, 17);
     // Keys written before, their copies counted after.
@@ -104,6 +104,7 @@ fn shifts_down_and_up_under_load_lose_nothing() {
     assert!(registers.wait_completed(r + 200, during) && logs.wait_completed(l + 200, during));
 
     lost_nothing([("registers", registers), ("append logs", logs)]);
+    ring.assert_no_stray_writes();
     // Every key written before: its value through every cell, and exactly two copies (the
     // shifts' extra copies dropped, none missing), on its master and the cell after it.
     let mut clients: Vec<Client> = ring.cells.iter().map(|s| s.connect()).collect();

@@ -41,6 +41,7 @@ fn split_and_leave_under_load_lose_nothing() {
     let (r, l) = (registers.completed(), logs.completed());
     assert!(registers.wait_completed(r + 200, during) && logs.wait_completed(l + 200, during));
     lost_nothing([("registers", registers), ("append logs", logs)]);
+    ring.assert_no_stray_writes();
 }
 
 /// kill -9 of a cell: its successor takes its range over from its backup copy, both

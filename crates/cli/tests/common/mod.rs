@@ -715,7 +715,6 @@ impl Client {
         self.stat_of(if is_memcached() { "" } else { "cell" }, name)
     }
 
-    /// One field of `stats <group>`.
     /// The value of `key` by a text `get` (one key), `None` on a miss.
     pub fn get_value(&mut self, key: &str) -> Option<String> {
         self.send(format!("get {key}\r\n").as_bytes());
@@ -726,6 +725,7 @@ impl Client {
         }
     }
 
+    /// One field of `stats <group>`.
     pub fn stat_of(&mut self, group: &str, name: &str) -> String {
         self.stats(group)
             .into_iter()

@@ -162,6 +162,18 @@ impl Ring {
         self.cells
     }
 
+    /// Asserts that no running cell ran a client's write after the map had moved its key
+    /// away (`cluster_stray_writes`: the map gate rules it out; such a write is answered
+    /// with the retryable error and not replicated).
+    pub fn assert_no_stray_writes(&mut self) {
+        for (i, cell) in self.cells.iter_mut().enumerate() {
+            if cell.is_running() {
+                let stray = cell.connect().stat("cluster_stray_writes");
+                assert_eq!(stray, "0", "cell {i} ran writes outside its master range");
+            }
+        }
+    }
+
     /// The ring's status through cell `i`'s admin plane, without the END line.
     pub fn status(&self, i: usize) -> Vec<String> {
         self.cells[i].admin_lines("/cluster/status")

@@ -458,10 +458,28 @@ fn write_pre_keys(ring: &Ring) {
     }
 }
 
+/// A counter of one cell's own figures (`stats cell`; `stats` is the ring's).
+fn stat(ring: &Ring, i: usize, name: &str) -> Option<u64> {
+    let addr = ring.cells[i].addr();
+    let l = ring.at(|| lines(addr, "stats cell\r\n")).ok()?;
+    l.iter()
+        .find_map(|l| l.strip_prefix(&format!("STAT {name} ")))
+        .and_then(|v| v.parse().ok())
+}
+
 /// After healing: every pre-fault key readable through every live cell, and held by
-/// exactly two live cells with the same value and CAS.
+/// exactly two live cells with the same value and CAS; and no live cell ran a client's
+/// write after the map had moved its key away (`cluster_stray_writes`, which the map gate
+/// rules out: such a write was answered with the retryable error).
 fn check_pre_keys(ring: &Ring) {
     let live = ring.live();
+    for &i in &live {
+        assert_eq!(
+            stat(ring, i, "cluster_stray_writes"),
+            Some(0),
+            "cell {i} ran writes outside its master range"
+        );
+    }
     for k in 0..PRE_KEYS {
         let key = format!("pre{k}");
         for &i in &live {

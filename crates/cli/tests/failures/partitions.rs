@@ -53,15 +53,6 @@ fn a_cell_cut_from_its_peers_stops_acknowledging_and_heals() {
     check_pre_keys(&ring);
 }
 
-/// A counter of one cell's own figures (`stats cell`; `stats` is the ring's).
-fn stat(ring: &Ring, i: usize, name: &str) -> Option<u64> {
-    let addr = ring.cells[i].addr();
-    let l = ring.at(|| lines(addr, "stats cell\r\n")).ok()?;
-    l.iter()
-        .find_map(|l| l.strip_prefix(&format!("STAT {name} ")))
-        .and_then(|v| v.parse().ok())
-}
-
 /// One broken link does not evict a healthy cell: only the link between a cell P and
 /// its successor D is cut (nftables), the consensus leader L being the third cell. P stops
 /// hearing D and keeps proposing D's eviction; L probes D over its own link, D answers, and

@@ -104,6 +104,16 @@ const COUNTERS: &[(&str, &str, &str)] = &[
         "Blocks the automatic policy switched ([switching] auto).",
     ),
     (
+        "cellcache_unavailable",
+        "cluster_unavailable",
+        "Requests answered with the retryable no-master error (no master reachable in time).",
+    ),
+    (
+        "cellcache_stray_writes",
+        "cluster_stray_writes",
+        "Client writes run after the map moved their key away (0 unless the map gate fails).",
+    ),
+    (
         "cellcache_replies_held",
         "cluster_replies_held",
         "Write replies held until the backups acknowledged the write (replication sync).",

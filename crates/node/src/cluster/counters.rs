@@ -15,6 +15,11 @@ pub(super) struct ClusterStats {
     pub(super) forwarded: AtomicU64,
     pub(super) refused: AtomicU64,
     pub(super) unavailable: AtomicU64,
+    /// Client writes executed here that landed outside the range this cell masters by the
+    /// time they ran (answered with the retryable error, not replicated). The map gate
+    /// ([`super::Cluster::map_gate`]) makes this impossible; it is counted so a regression
+    /// shows.
+    pub(super) stray_writes: AtomicU64,
     pub(super) replicate_refused: AtomicU64,
     /// Replication frames refused because their records did not continue the sender's
     /// lane (a jump or a hole in the positions): the sender is asked to resynchronise.
@@ -64,6 +69,7 @@ pub struct ClusterCounters {
     pub forwarded: u64,
     pub refused: u64,
     pub unavailable: u64,
+    pub stray_writes: u64,
     pub replicate_refused: u64,
     pub replicate_gaps: u64,
     pub replicate_unentitled: u64,
@@ -99,6 +105,7 @@ impl Cluster {
             forwarded: get(&s.forwarded),
             refused: get(&s.refused),
             unavailable: get(&s.unavailable),
+            stray_writes: get(&s.stray_writes),
             replicate_refused: get(&s.replicate_refused),
             replicate_gaps: get(&s.replicate_gaps),
             replicate_unentitled: get(&s.replicate_unentitled),
@@ -146,6 +153,7 @@ impl crate::cell::RingFigures for Cluster {
         stat(out, "cluster_forward_refused", c.refused);
         stat(out, "cluster_forward_not_member", c.forward_not_member);
         stat(out, "cluster_unavailable", c.unavailable);
+        stat(out, "cluster_stray_writes", c.stray_writes);
         stat(out, "cluster_replicate_refused", c.replicate_refused);
         stat(out, "cluster_replicate_gaps", c.replicate_gaps);
         stat(out, "cluster_replicate_unentitled", c.replicate_unentitled);

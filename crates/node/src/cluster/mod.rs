@@ -69,6 +69,12 @@ use repl::Replicator;
 /// may only be taken while holding locks ranked before it. The arrows say which nestings
 /// exist (directly, or through a call made while the guard is alive).
 ///
+/// 0. `Cluster::map_gate` (a read-write lock): read by [`route::here`] around one
+///    request's placement and local execution (→ 8 `ring`, 2 and through the change feed
+///    3, 5, 6; a `flush_all` → 7); written by [`Cluster::install_map`] around the ring's
+///    installation of the map and [`Cluster::refresh_layout`] (→ 8, 3, 5). Never held
+///    while anything runs that could route a request, so it is never taken twice by one
+///    thread.
 /// 1. `Cluster::applied`: a replication receiver applies a batch under it (`server`):
 ///    store writes (→ 2, and through the change feed 3, 5, 6) and replicated flushes
 ///    (→ 7). What it needs of the map (`keep`, `flushable`) is copied out of the ring
@@ -114,6 +120,14 @@ pub struct Cluster {
     /// Locked only through [`Cluster::lock_ring`], whose doc says what may be done under it.
     /// Lock order: a leaf lock (see [`Cluster`]).
     ring: Mutex<Ring>,
+    /// A request placed under one map executes under it: [`route::here`] holds it (read)
+    /// from the placement to the end of the local execution, and [`Cluster::install_map`]
+    /// (write) from the ring's installation of a map to the replicator's new layout. So a
+    /// write placed here as this cell's is never run after the map moved its key away (it
+    /// would change a copy this cell no longer masters and not be replicated: the client
+    /// got the retryable error, `cluster_stray_writes`), and a read is never run after the
+    /// new map's trim began. Lock order: rank 0 (see [`Cluster`]).
+    map_gate: parking_lot::RwLock<()>,
     /// The installed map's epoch, stamped on every frame: stored only by
     /// [`Cluster::install_map`], under the ring lock, with the map; read through
     /// [`Cluster::epoch`] (tasks stamping frames, a link's or the listener's writer, load
@@ -353,6 +367,7 @@ impl Cluster {
             cell,
             handle: runtime.handle().clone(),
             ring: Mutex::new(ring),
+            map_gate: parking_lot::RwLock::new(()),
             epoch: Arc::new(AtomicU64::new(map.epoch())),
             repl,
             raft: OnceLock::new(),
@@ -570,6 +585,9 @@ impl Cluster {
     /// ([`catchup`]). A map one peer sends is never passed here.
     fn install_map(self: &Arc<Self>, map: ClusterMap) {
         let now = self.now_ms();
+        // No request is between its placement and its execution while the map and the
+        // replicator's layout change (see `map_gate`).
+        let gate = self.map_gate.write();
         let (outputs, changes) = {
             let mut ring = self.lock_ring();
             if map.epoch() <= ring.map().epoch() || map.ring() != self.ring_id {
@@ -581,6 +599,8 @@ impl Cluster {
             self.epoch.store(ring.map().epoch(), Ordering::Release);
             (ring.drain_outputs(), changes)
         };
+        self.refresh_layout();
+        drop(gate);
         for e in changes {
             self.note_event(e);
         }
@@ -598,7 +618,6 @@ impl Cluster {
         );
         self.learn_ids(&map);
         self.remember_membership(&map);
-        self.refresh_layout();
         self.process(outputs);
         self.reconcile_membership();
     }

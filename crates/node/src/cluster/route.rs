@@ -243,7 +243,9 @@ enum After {
     /// Hold it until these positions are acknowledged.
     Wait(Positions),
     /// Replace it with `UNAVAILABLE`: the map moved between routing and execution, so the
-    /// write landed outside this cell's master range and is not replicated.
+    /// write landed outside this cell's master range and is not replicated. The map gate
+    /// rules it out (see `Cluster::map_gate`); kept so that a regression fails requests
+    /// retryably, counted (`cluster_stray_writes`), instead of acknowledging them.
     Stray,
     /// Run under a map that has since moved its key away, changing nothing: drop the
     /// reply and route the request again.
@@ -271,7 +273,9 @@ fn after(
         // miss that is not true. It changed nothing, so running it again where the new map
         // sends it is safe. The epoch is stored before the trim runs, so a run after the
         // trim always sees the change. (Found by the division fault test: one `append`
-        // answered NOT_STORED for a key that existed.)
+        // answered NOT_STORED for a key that existed.) Since placement and execution
+        // happen under the map gate this is a second line of defence: it finds nothing
+        // unless the gate is bypassed.
         After::Reroute
     } else if !captured.positions.is_empty()
         && cl.replication() == crate::config::ReplicationMode::Sync
@@ -342,6 +346,8 @@ pub fn here(
     counters: &mut LocalCounters,
     trim: impl FnOnce(&mut Vec<u8>, usize),
 ) -> Here {
+    // Placed and run under one map (see `Cluster::map_gate`).
+    let gate = cl.map_gate.read();
     let placed_at = cl.epoch();
     let placement = place_in_order(cl, request, forwarded, parked);
     if !matches!(placement, Placement::NoKeys | Placement::Local) {
@@ -349,11 +355,20 @@ pub fn here(
     }
     let start = out.len();
     let (flow, captured) = execute_local(cl, request, now, out, counters);
+    drop(gate);
     trim(out, start);
     let quiet = noreply(request);
     match after(cl, request, placed_at, forwarded, captured) {
         After::Now => Here::Answered(flow),
         After::Stray => {
+            cl.stats
+                .stray_writes
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::warn!(
+                placed_at,
+                epoch = cl.epoch(),
+                "a write ran outside this cell's master range (the map moved under it)"
+            );
             out.truncate(start);
             if !quiet {
                 out.extend_from_slice(UNAVAILABLE);
