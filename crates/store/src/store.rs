@@ -177,6 +177,21 @@ impl Store {
         &self.config
     }
 
+    /// The eviction policy `name` stands for, as a switch to it should run it: with the
+    /// parameters this store was configured with when it started on that policy (a cell
+    /// tuned `small_permille = 200` and switched away and back keeps its tuning), else with
+    /// the policy's defaults. `None` for a name no policy has.
+    pub fn eviction_named(&self, name: &str) -> Option<EvictionPolicyKind> {
+        let configured = self.config.eviction;
+        EvictionPolicyKind::from_name(name).map(|kind| {
+            if kind.name() == configured.name() {
+                configured
+            } else {
+                kind
+            }
+        })
+    }
+
     fn ctx(&self) -> Ctx<'_> {
         Ctx {
             cas: &self.cas,

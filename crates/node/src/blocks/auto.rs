@@ -359,7 +359,8 @@ impl AutoSwitch {
         if !self.enabled() {
             return;
         }
-        if let Err(e) = cell.store.switch_eviction(to.kind(), cell.now()) {
+        let kind = cell.store.eviction_named(to.name()).unwrap_or(to.kind());
+        if let Err(e) = cell.store.switch_eviction(kind, cell.now()) {
             tracing::warn!(to = to.name(), error = %e, "automatic switch refused");
             return;
         }

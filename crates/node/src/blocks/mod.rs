@@ -17,7 +17,7 @@ pub mod auto;
 
 use std::sync::Arc;
 
-use cellcache_store::{EvictionPolicyKind, Layout};
+use cellcache_store::Layout;
 
 use crate::cell::Cell;
 use crate::cluster::Cluster;
@@ -139,7 +139,9 @@ pub async fn switch(
     }
     match name {
         "eviction" => {
-            let kind = EvictionPolicyKind::from_name(implementation)
+            let kind = cell
+                .store
+                .eviction_named(implementation)
                 .ok_or_else(|| SwitchError::NoBlock(name.into()))?;
             // Each shard is translated under its own lock: off the caller's runtime thread.
             let cell = cell.clone();
