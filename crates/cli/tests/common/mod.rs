@@ -108,12 +108,11 @@ pub fn wait_until(
     }
 }
 
-/// A fresh directory for the membership file of the cell on `port` (`cluster.state_dir`).
+/// A fresh directory for the membership file of the cell on `port` (`cluster.state_dir`),
+/// beside this test process's logs under `target/` (not left behind in the system's
+/// temporary directory, one per cell of every run).
 pub fn state_dir(port: u16) -> String {
-    let dir = std::env::temp_dir().join(format!(
-        "cellcache-test-state-{}-{port}",
-        std::process::id()
-    ));
+    let dir = cellcache_testkit::process::default_log_dir().join(format!("state-{port}"));
     let _ = std::fs::remove_dir_all(&dir);
     dir.to_string_lossy().into_owned()
 }

@@ -67,8 +67,9 @@ fn connect(addr: SocketAddr) -> std::io::Result<TcpStream> {
 fn admin_token() -> &'static (PathBuf, String) {
     static TOKEN: std::sync::OnceLock<(PathBuf, String)> = std::sync::OnceLock::new();
     TOKEN.get_or_init(|| {
-        let path =
-            std::env::temp_dir().join(format!("cellcache-failures-{}.token", std::process::id()));
+        let dir = cellcache_testkit::process::default_log_dir();
+        std::fs::create_dir_all(&dir).expect("the test's log directory");
+        let path = dir.join("admin.token");
         let token = format!("failures-token-{}", std::process::id());
         std::fs::write(&path, &token).expect("write the admin token file");
         (path, token)
@@ -235,8 +236,8 @@ fn spec(name: &str, peer_port: u16, join: Option<String>) -> ServerSpec {
             // Each cell its own membership file, none left for a later run's port.
             (
                 "CELLCACHE_CLUSTER__STATE_DIR".into(),
-                std::env::temp_dir()
-                    .join(format!("cellcache-failures-{}-{port}", std::process::id()))
+                cellcache_testkit::process::default_log_dir()
+                    .join(format!("state-{port}"))
                     .to_string_lossy()
                     .into_owned(),
             ),
