@@ -32,7 +32,7 @@ fn sasl_server() -> Server {
     // A database per server: tests run in parallel, and saslpasswd2 locks its file.
     static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("cellcache-test-sasl-{}-{n}", std::process::id()));
+    let dir = cellcache_testkit::process::scratch_dir(&format!("sasl-{n}"));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let db = dir.join("sasldb");

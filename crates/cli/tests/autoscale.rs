@@ -30,7 +30,7 @@ struct Cells {
 
 impl Cells {
     fn new(name: &str) -> Cells {
-        let dir = std::env::temp_dir().join(format!("cellcache-{name}-{}", std::process::id()));
+        let dir = cellcache_testkit::process::scratch_dir(name);
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         Cells { dir }

@@ -53,10 +53,7 @@ fn one_error_line(out: &Output) -> String {
 }
 
 fn scratch_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "cellcache-first-hour-{}-{name}",
-        std::process::id()
-    ));
+    let dir = cellcache_testkit::process::scratch_dir(&format!("first-hour-{name}"));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir

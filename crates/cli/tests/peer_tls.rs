@@ -24,9 +24,7 @@ const SERVER_NAME: &str = "cellcache";
 
 /// A directory of its own for `name`'s files.
 fn dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("cellcache-peertls-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a temp dir");
-    dir
+    cellcache_testkit::process::scratch_dir(&format!("peer-tls-{name}"))
 }
 
 /// The `--peer-tls-*` flags of a cell presenting `cert`/`key` and trusting `ca`.

@@ -21,8 +21,7 @@ use common::{Client, Ring};
 
 /// A fresh secret file written by `cellcache ctl secret new`, unique to `name`.
 fn secret_file(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("cellcache-security-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a temp dir");
+    let dir = cellcache_testkit::process::scratch_dir("secrets");
     let path = dir.join(format!("{name}.secret"));
     let _ = std::fs::remove_file(&path);
     let out = Command::new(env!("CARGO_BIN_EXE_cellcache"))

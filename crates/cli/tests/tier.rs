@@ -46,8 +46,7 @@ fn admin_port(server: &Server) -> u16 {
 }
 
 fn redb_path(name: &str) -> String {
-    let dir = std::env::temp_dir().join(format!("cellcache-tier-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = cellcache_testkit::process::scratch_dir("tier");
     let path = dir.join(format!("{name}.redb"));
     let _ = std::fs::remove_file(&path);
     format!("redb:{}", path.display())

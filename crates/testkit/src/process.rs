@@ -153,6 +153,17 @@ pub fn default_log_dir() -> PathBuf {
         .join(std::process::id().to_string())
 }
 
+/// A directory for this test process's files named `name` (membership files, secrets,
+/// certificates, databases), beside its logs: `target/testkit-logs/<pid>/<name>`, created if
+/// missing. Under `target/`, not the system's temporary directory, which the suite would
+/// otherwise fill with one directory per cell of every run.
+pub fn scratch_dir(name: &str) -> PathBuf {
+    let dir = default_log_dir().join(name);
+    // An error shows when the caller writes into it.
+    let _ = std::fs::create_dir_all(&dir);
+    dir
+}
+
 /// How to start a server.
 #[derive(Clone, Debug)]
 pub struct ServerSpec {

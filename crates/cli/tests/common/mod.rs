@@ -41,11 +41,8 @@ pub fn auth_file(text: &str) -> String {
     use std::os::unix::fs::PermissionsExt as _;
     use std::sync::atomic::{AtomicUsize, Ordering};
     static N: AtomicUsize = AtomicUsize::new(0);
-    let path = std::env::temp_dir().join(format!(
-        "cellcache-test-auth-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
+    let path = cellcache_testkit::process::scratch_dir("auth")
+        .join(N.fetch_add(1, Ordering::Relaxed).to_string());
     std::fs::write(&path, text).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
     path.to_string_lossy().into_owned()
@@ -108,11 +105,17 @@ pub fn wait_until(
     }
 }
 
+/// Where the cell on `port` keeps its membership file: [`state_dir`] and
+/// [`Server::restart_on`] agree on it.
+fn state_path(port: u16) -> std::path::PathBuf {
+    cellcache_testkit::process::default_log_dir().join(format!("state-{port}"))
+}
+
 /// A fresh directory for the membership file of the cell on `port` (`cluster.state_dir`),
 /// beside this test process's logs under `target/` (not left behind in the system's
 /// temporary directory, one per cell of every run).
 pub fn state_dir(port: u16) -> String {
-    let dir = cellcache_testkit::process::default_log_dir().join(format!("state-{port}"));
+    let dir = state_path(port);
     let _ = std::fs::remove_dir_all(&dir);
     dir.to_string_lossy().into_owned()
 }
@@ -289,15 +292,7 @@ impl Server {
     /// with `state_dir` given instead. Returns the server, whether or not it became ready.
     pub fn restart_on(port: u16, extra: &[&str], state_dir: Option<&str>) -> (Server, bool) {
         let dir = state_dir.map_or_else(
-            || {
-                std::env::temp_dir()
-                    .join(format!(
-                        "cellcache-test-state-{}-{port}",
-                        std::process::id()
-                    ))
-                    .to_string_lossy()
-                    .into_owned()
-            },
+            || state_path(port).to_string_lossy().into_owned(),
             str::to_string,
         );
         // The port was the killed process's; until the kernel lets it go (or while another

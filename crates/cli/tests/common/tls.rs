@@ -70,12 +70,8 @@ pub struct Pki {
 impl Pki {
     pub fn new() -> Pki {
         static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "cellcache-test-pki-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir =
+            cellcache_testkit::process::scratch_dir(&format!("pki-{}", N.fetch_add(1, Relaxed)));
         let ca = Ca::new(&dir, "ca");
         ca.issue(&dir, "server", &["localhost", "127.0.0.1"]);
         ca.issue(&dir, "client", &["client"]);
