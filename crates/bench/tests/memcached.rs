@@ -332,11 +332,7 @@ fn compare_runs_memcached_against_itself() {
     assert_eq!(hit.ratio_b_over_a.median, 1.0, "both sides preloaded");
     assert!(report.table().contains("throughput_rps"));
     // The plotter draws every load run of a comparison report.
-    let dir = std::env::temp_dir().join(format!(
-        "cellcache-bench-compare-plot-{}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = cellcache_testkit::process::scratch_dir("compare-plot");
     let json = dir.join("compare.json");
     std::fs::write(&json, serde_json::to_string(&report).unwrap()).unwrap();
     cellcache_bench::plot::run(cellcache_bench::plot::PlotArgs {

@@ -28,12 +28,8 @@ struct Pki {
 impl Pki {
     fn new() -> Pki {
         static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "cellcache-bench-tls-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir =
+            cellcache_testkit::process::scratch_dir(&format!("tls-{}", N.fetch_add(1, Relaxed)));
         let pki = Pki { dir };
         let ca_key = rcgen::KeyPair::generate().unwrap();
         let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();

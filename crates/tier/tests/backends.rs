@@ -74,7 +74,7 @@ async fn contract(store: &dyn BackingStore) {
 
 #[tokio::test]
 async fn redb_keeps_the_contract_and_its_data_across_reopening() {
-    let path = std::env::temp_dir().join(format!("cellcache-tier-{}.redb", std::process::id()));
+    let path = cellcache_testkit::process::scratch_dir("redb").join("backends.redb");
     let _ = std::fs::remove_file(&path);
     {
         let store = RedbStore::open(path.clone()).await.expect("open");

@@ -108,10 +108,27 @@ fn crash_during_division(name: &str, role: DivisionRole) {
         );
     }
     check_runs(runs, name);
+    // Where a late error came from, should there be one: each live cell's count of the
+    // retryable error (a parked request's deadline, a link that gave up), of writes that
+    // ran after the map moved their key away, and of forwards its masters refused.
+    let counters: Vec<String> = ring
+        .live()
+        .into_iter()
+        .map(|i| {
+            let of = |n: &str| stat(&ring, i, n).map_or("?".into(), |v| v.to_string());
+            format!(
+                "cell {i}: unavailable {} stray_writes {} forward_refused {} peer_busy {}",
+                of("cluster_unavailable"),
+                of("cluster_stray_writes"),
+                of("cluster_forward_refused"),
+                of("cluster_peer_busy")
+            )
+        })
+        .collect();
     for (i, late) in late.iter().enumerate() {
         assert!(
             late.is_empty(),
-            "{name} workload {i}: {} requests sent after the map change (plus settling margin) failed: {:?}",
+            "{name} workload {i}: {} requests sent after the map change (plus settling margin) failed: {:?}; {counters:?}",
             late.len(),
             late.iter().take(10).collect::<Vec<_>>()
         );
