@@ -156,6 +156,21 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// A free port that is none of the ports `args` name (a `--peer-port` or `--admin-port`
+/// picked earlier is free too until the server binds it, and the kernel may hand it out
+/// again: a cell given one port for two listeners bound its peer listener, joined the
+/// ring, then failed to bind its client port and left the ring a member that never
+/// answers), nor any of `taken`.
+fn free_port_besides(args: &[&str], taken: &[u16]) -> u16 {
+    let named: Vec<u16> = args.iter().filter_map(|a| a.parse().ok()).collect();
+    loop {
+        let p = free_port();
+        if !named.contains(&p) && !taken.contains(&p) {
+            return p;
+        }
+    }
+}
+
 impl Server {
     /// One request to the cell's admin plane: (HTTP status, body).
     pub fn admin_call(&self, method: &str, path: &str) -> (u16, String) {
@@ -239,7 +254,7 @@ impl Server {
 
     fn start_one(extra: &[&str], env: &[(&str, &str)]) -> Server {
         for _attempt in 0..5 {
-            let port = free_port();
+            let port = free_port_besides(extra, &[]);
             let mut admin = None;
             let mut cmd = if is_memcached() {
                 let mut c = Command::new("memcached");
@@ -258,7 +273,7 @@ impl Server {
                 // Each server its own membership file (none left for a later run's port).
                 c.env("CELLCACHE_CLUSTER__STATE_DIR", state_dir(port));
                 let port = admin_port_in(extra).unwrap_or_else(|| {
-                    let p = free_port();
+                    let p = free_port_besides(extra, &[port]);
                     c.args(["--admin-port", &p.to_string()]);
                     p
                 });
