@@ -146,6 +146,19 @@ pub fn free_port() -> Result<u16, ProcessError> {
         .port())
 }
 
+/// A free loopback port other than `taken`: a port found free earlier stays free until its
+/// server binds it, and the kernel may hand it out again (a cell given one port for two
+/// listeners bound its peer listener, joined the ring, then failed to bind its client port
+/// and left the ring a member that never answers).
+pub fn free_port_besides(taken: &[u16]) -> Result<u16, ProcessError> {
+    loop {
+        let p = free_port()?;
+        if !taken.contains(&p) {
+            return Ok(p);
+        }
+    }
+}
+
 /// Where logs of this test process go: `target/testkit-logs/<pid>`.
 pub fn default_log_dir() -> PathBuf {
     target_dir()

@@ -157,18 +157,11 @@ fn free_port() -> u16 {
 }
 
 /// A free port that is none of the ports `args` name (a `--peer-port` or `--admin-port`
-/// picked earlier is free too until the server binds it, and the kernel may hand it out
-/// again: a cell given one port for two listeners bound its peer listener, joined the
-/// ring, then failed to bind its client port and left the ring a member that never
-/// answers), nor any of `taken`.
+/// picked earlier) nor any of `taken` (see testkit's `free_port_besides`).
 fn free_port_besides(args: &[&str], taken: &[u16]) -> u16 {
-    let named: Vec<u16> = args.iter().filter_map(|a| a.parse().ok()).collect();
-    loop {
-        let p = free_port();
-        if !named.contains(&p) && !taken.contains(&p) {
-            return p;
-        }
-    }
+    let mut not: Vec<u16> = args.iter().filter_map(|a| a.parse().ok()).collect();
+    not.extend_from_slice(taken);
+    cellcache_testkit::process::free_port_besides(&not).expect("a free port")
 }
 
 impl Server {

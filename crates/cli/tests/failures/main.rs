@@ -28,7 +28,9 @@ use std::time::{Duration, Instant};
 
 use cellcache_testkit::history::Outcome;
 use cellcache_testkit::netns::{Netns, NetnsError};
-use cellcache_testkit::process::{Server, ServerSpec, default_log_dir, free_port};
+use cellcache_testkit::process::{
+    Server, ServerSpec, default_log_dir, free_port, free_port_besides,
+};
 use cellcache_testkit::workload::{Run, Shape, Workload, WorkloadConfig};
 
 /// Keys written before the fault and checked after healing.
@@ -208,25 +210,16 @@ struct Ring {
     netns: Option<(std::sync::Arc<Netns>, usize)>,
 }
 
-/// A free port other than `taken` (a port picked earlier but not bound yet may be handed
-/// out again; a cell given one port for two listeners fails after it joined the ring).
-fn free_port_besides(taken: &[u16]) -> u16 {
-    loop {
-        let p = free_port().expect("free port");
-        if !taken.contains(&p) {
-            return p;
-        }
-    }
-}
-
 fn spec(name: &str, peer_port: u16, join: Option<String>) -> ServerSpec {
-    let port = free_port_besides(&[peer_port]);
+    let port = free_port_besides(&[peer_port]).expect("free port");
     let mut args: Vec<String> = ["serve", "-l", "127.0.0.1", "-p", &port.to_string()]
         .map(String::from)
         .to_vec();
     args.extend(["-m", "64", "--peer-port"].map(String::from));
     args.push(peer_port.to_string());
-    let admin_port = free_port_besides(&[peer_port, port]).to_string();
+    let admin_port = free_port_besides(&[peer_port, port])
+        .expect("free port")
+        .to_string();
     let token_file = admin_token().0.to_string_lossy().into_owned();
     args.extend(["--admin-listen".into(), "127.0.0.1".into()]);
     args.extend(["--admin-port".into(), admin_port]);
