@@ -41,15 +41,14 @@ const LISTENER: Token = Token(usize::MAX - 1);
 /// How often a worker wakes with nothing to do, to run the idle sweep and shutdown checks.
 const HOUSEKEEPING_TICK: Duration = Duration::from_millis(500);
 
-/// Binds `addr` and starts the acceptor and `config.worker_threads()` workers.
-pub fn start<S: Service>(
-    addrs: &[SocketAddr],
+/// Starts the acceptor on `bound` and `config.worker_threads()` workers.
+pub(crate) fn start<S: Service>(
+    bound: Vec<(std::net::TcpListener, crate::Listening)>,
     config: &EngineConfig,
     service: Arc<S>,
     shutdown: Shutdown,
 ) -> Result<RunningEngine, IoError> {
     config.validate()?;
-    let bound = crate::bind_listeners(addrs, config.listen_backlog, true)?;
     let listeners: Vec<crate::Listening> = bound.iter().map(|(_, l)| *l).collect();
     let local_addr = listeners[0].addr;
     let stats = Arc::new(EngineStats::default());

@@ -212,11 +212,12 @@ pub enum IoError {
 }
 
 /// Starts the engine `kind` listening on every address of `addrs` (memcached's repeated
-/// `-l`; at least one). `Auto` resolves to `uring` when [`uring_support`] succeeds and to
-/// `epoll` otherwise, logging which and why; the engine that actually runs is
-/// [`RunningEngine::engine`]. Each listener has its own acceptor thread dealing its
-/// connections to the same workers. An address that cannot be bound — including one
-/// given twice ("Address already in use", as memcached) — fails the whole start.
+/// `-l`; at least one): [`bind`] then [`serve`]. `Auto` resolves to `uring` when
+/// [`uring_support`] succeeds and to `epoll` otherwise, logging which and why; the engine
+/// that actually runs is [`RunningEngine::engine`]. Each listener has its own acceptor
+/// thread dealing its connections to the same workers. An address that cannot be bound —
+/// including one given twice ("Address already in use", as memcached) — fails the whole
+/// start.
 pub fn start<S: Service>(
     kind: IoEngineKind,
     addrs: &[SocketAddr],
@@ -224,35 +225,100 @@ pub fn start<S: Service>(
     service: Arc<S>,
     shutdown: Shutdown,
 ) -> Result<RunningEngine, IoError> {
-    if addrs.is_empty() {
-        return Err(IoError::Config("no address to listen on".into()));
+    serve(bind(kind, addrs, config)?, config, service, shutdown)
+}
+
+/// Client sockets bound to their addresses, not listening yet, and the engine (never
+/// `Auto`) that will serve them. Until [`serve`] a client's connection is refused, as by a
+/// stopped server, while no other process can listen on these addresses (one that already
+/// listens fails [`bind`]). A cell that must own its ports before it announces them (a ring
+/// member, whose address goes into the ring's map) binds first and serves later.
+#[derive(Debug)]
+pub struct Bound {
+    kind: IoEngineKind,
+    sockets: Vec<(socket2::Socket, Listening)>,
+}
+
+impl Bound {
+    /// The first socket's address (the port resolved when 0 was asked).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.sockets[0].1.addr
     }
-    match resolve(kind)? {
-        IoEngineKind::Threads => threads::start(addrs, config, service, shutdown),
-        IoEngineKind::Uring => uring::start(addrs, config, service, shutdown),
-        IoEngineKind::Epoll | IoEngineKind::Auto => epoll::start(addrs, config, service, shutdown),
+
+    /// The engine that will serve these sockets.
+    pub fn engine(&self) -> IoEngineKind {
+        self.kind
     }
 }
 
-/// Binds every address of `addrs` (see [`bind_listener`]), in order, with what
-/// `stats conns` reports of each.
-pub(crate) fn bind_listeners(
+/// Resolves the engine `kind` (see [`resolve`]) and binds a socket to every address of
+/// `addrs` (at least one, in order) with `SO_REUSEADDR`, in the blocking mode that engine
+/// accepts in; nothing listens yet.
+pub fn bind(
+    kind: IoEngineKind,
     addrs: &[SocketAddr],
-    backlog: u32,
-    nonblocking: bool,
-) -> Result<Vec<(std::net::TcpListener, Listening)>, IoError> {
+    config: &EngineConfig,
+) -> Result<Bound, IoError> {
     use std::os::fd::AsRawFd;
-    addrs
+    if addrs.is_empty() {
+        return Err(IoError::Config("no address to listen on".into()));
+    }
+    config.validate()?;
+    let kind = resolve(kind)?;
+    // The io_uring acceptor waits in the kernel; the other engines' acceptors poll.
+    let nonblocking = kind != IoEngineKind::Uring;
+    let sockets = addrs
         .iter()
         .map(|&addr| {
-            let listener = bind_listener(addr, backlog, nonblocking)?;
-            let bound = listener
+            let err = |source| IoError::Listen { addr, source };
+            let socket = socket2::Socket::new(
+                socket2::Domain::for_address(addr),
+                socket2::Type::STREAM,
+                Some(socket2::Protocol::TCP),
+            )
+            .map_err(err)?;
+            socket.set_reuse_address(true).map_err(err)?;
+            socket.bind(&addr.into()).map_err(err)?;
+            socket.set_nonblocking(nonblocking).map_err(err)?;
+            let local = socket
                 .local_addr()
-                .map_err(|source| IoError::Listen { addr, source })?;
-            let fd = listener.as_raw_fd();
-            Ok((listener, Listening { addr: bound, fd }))
+                .map_err(err)?
+                .as_socket()
+                .ok_or_else(|| err(std::io::Error::other("bound to a non-IP address")))?;
+            let fd = socket.as_raw_fd();
+            Ok((socket, Listening { addr: local, fd }))
         })
-        .collect()
+        .collect::<Result<Vec<_>, IoError>>()?;
+    Ok(Bound { kind, sockets })
+}
+
+/// Starts the engine `bound` was bound for: its sockets listen (`config.listen_backlog`)
+/// and its acceptors accept.
+pub fn serve<S: Service>(
+    bound: Bound,
+    config: &EngineConfig,
+    service: Arc<S>,
+    shutdown: Shutdown,
+) -> Result<RunningEngine, IoError> {
+    let backlog = i32::try_from(config.listen_backlog).unwrap_or(i32::MAX);
+    let listeners = bound
+        .sockets
+        .into_iter()
+        .map(|(socket, at)| {
+            socket.listen(backlog).map_err(|source| IoError::Listen {
+                addr: at.addr,
+                source,
+            })?;
+            Ok((socket.into(), at))
+        })
+        .collect::<Result<Vec<_>, IoError>>()?;
+    match bound.kind {
+        IoEngineKind::Threads => threads::start(listeners, config, service, shutdown),
+        IoEngineKind::Uring => uring::start(listeners, config, service, shutdown),
+        IoEngineKind::Epoll | IoEngineKind::Auto => {
+            epoll::start(listeners, config, service, shutdown)
+        }
+    }
 }
 
 /// The engine `kind` stands for on this kernel: never `Auto`. Fails only when `uring` is
@@ -275,29 +341,6 @@ pub fn resolve(kind: IoEngineKind) -> Result<IoEngineKind, IoError> {
         }
         other => Ok(other),
     }
-}
-
-/// A listening socket with `SO_REUSEADDR` and the configured backlog, in the blocking
-/// mode `nonblocking` says; every engine binds through here so they behave alike.
-pub(crate) fn bind_listener(
-    addr: SocketAddr,
-    backlog: u32,
-    nonblocking: bool,
-) -> Result<std::net::TcpListener, IoError> {
-    let err = |source| IoError::Listen { addr, source };
-    let socket = socket2::Socket::new(
-        socket2::Domain::for_address(addr),
-        socket2::Type::STREAM,
-        Some(socket2::Protocol::TCP),
-    )
-    .map_err(err)?;
-    socket.set_reuse_address(true).map_err(err)?;
-    socket.bind(&addr.into()).map_err(err)?;
-    socket
-        .listen(i32::try_from(backlog).unwrap_or(i32::MAX))
-        .map_err(err)?;
-    socket.set_nonblocking(nonblocking).map_err(err)?;
-    Ok(socket.into())
 }
 
 /// Reply memcached sends to a client refused for the connection limit.

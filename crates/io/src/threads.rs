@@ -43,15 +43,14 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Binds `addr` and starts the acceptor; connection threads are spawned as clients come.
-pub fn start<S: Service>(
-    addrs: &[SocketAddr],
+/// Starts the acceptor on `bound`; connection threads are spawned as clients come.
+pub(crate) fn start<S: Service>(
+    bound: Vec<(std::net::TcpListener, crate::Listening)>,
     config: &EngineConfig,
     service: Arc<S>,
     shutdown: Shutdown,
 ) -> Result<RunningEngine, IoError> {
     config.validate()?;
-    let bound = crate::bind_listeners(addrs, config.listen_backlog, true)?;
     let listeners: Vec<crate::Listening> = bound.iter().map(|(_, l)| *l).collect();
     let local_addr = listeners[0].addr;
     let stats = Arc::new(EngineStats::default());

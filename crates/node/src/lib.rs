@@ -131,24 +131,28 @@ impl Node {
             child_lag_bytes_max: c.handoff_lag_bytes_max,
             child_answer_window: std::time::Duration::from_millis(c.ring.lease_ms),
         });
-        // A ring member's address goes into the map before the engine binds it, and several
-        // listeners (-l a,b) share one port: resolve port 0 to a free port now. A ring
-        // member's taken port must fail the start before the ring has added this cell to its
-        // map, or the map keeps a member that never serves (the engine binds later).
+        // Several listeners (-l a,b) share one port, and a ring member's address goes into
+        // the map: resolve port 0 to a free port now.
         if config.cluster.enabled || (config.server.port == 0 && config.server.addrs().len() > 1) {
             let at = SocketAddr::new(config.server.listen.first(), config.server.port);
             let bind_error = |source| StartError::Bind { addr: at, source };
             let probe = std::net::TcpListener::bind(at).map_err(bind_error)?;
             config.server.port = probe.local_addr().map_err(bind_error)?.port();
         }
-        // The admin port too, once the client port is known (a standalone cell on port 0
-        // knows it only once its engine bound it).
-        let admin_early = (config.server.port != 0)
-            .then(|| {
-                let client = SocketAddr::new(config.server.listen.first(), config.server.port);
-                admin::prepare(&config.admin, client)
-            })
-            .transpose()?;
+        // Every client address is bound (and the engine chosen) before the ring hears of
+        // this cell: a taken port or an engine the kernel refuses fails the start here, not
+        // after the ring has put a member into its map that never serves. The sockets listen
+        // once the cell knows what it owns; until then clients are refused, as by a stopped
+        // server.
+        let bound = cellcache_io::bind(config.server.io_engine, &config.server.addrs(), &config.io)
+            .map_err(StartError::Engine)?;
+        // The admin port too (client port + 20000 by default): `-p`, or the port the
+        // engine's first listener was given for port 0.
+        let client = match config.server.port {
+            0 => bound.local_addr(),
+            port => SocketAddr::new(config.server.listen.first(), port),
+        };
+        let admin_prepared = admin::prepare(&config.admin, client)?;
         let dns_ready = dns::prepare(&config.dns)?;
         // The tier before the store: its change feed goes to the tier (validate keeps the
         // tier to standalone cells, whose feed has no other reader).
@@ -171,14 +175,14 @@ impl Node {
             item_size_max_bytes = config.store.item_size_max_bytes,
             "store allocated"
         );
-        let addrs = config.server.addrs();
         let engine_config = config.io.clone();
         let mut cell = Cell::new(config, store, limits, shutdown.clone());
         cell.credentials = credentials;
         cell.tier = tier;
         let cell = Arc::new(cell);
         blocks::auto::AutoSwitch::spawn(cell.clone()).map_err(StartError::AutoSwitch)?;
-        // The ring first: the client port opens once this cell knows what it owns.
+        // The ring next: the engine accepts on the bound client ports once this cell knows
+        // what it owns.
         let ring = if cell.config.cluster.enabled && cell.config.cluster.standby {
             tracing::info!("standby: waiting for `ctl split` to bring this cell into a ring");
             Arc::new(cluster::Slot::standby(repl))
@@ -197,7 +201,6 @@ impl Node {
             cell: cell.clone(),
             ring: ring.clone(),
         });
-        let kind = cell.config.server.io_engine;
         let engine = match tls {
             Some(certs) => {
                 let input_max = engine_config.input_buffer_max_bytes;
@@ -206,19 +209,15 @@ impl Node {
                     cellcache_io::tls::TlsService::new(service, certs.clone(), input_max, plain);
                 let stats = service.stats();
                 let _ = cell.tls.set(cell::ClientTls { certs, stats });
-                cellcache_io::start(kind, &addrs, &engine_config, Arc::new(service), shutdown)
+                cellcache_io::serve(bound, &engine_config, Arc::new(service), shutdown)
             }
-            None => cellcache_io::start(kind, &addrs, &engine_config, service, shutdown),
+            None => cellcache_io::serve(bound, &engine_config, service, shutdown),
         }
         .map_err(StartError::Engine)?;
         cell.conns.set_listeners(&engine.listeners);
         let _ = cell.engine_stats.set(engine.stats.clone());
         let _ = cell.engine.set(engine.engine);
-        let prepared = match admin_early {
-            Some(prepared) => prepared,
-            None => admin::prepare(&cell.config.admin, engine.local_addr)?,
-        };
-        let admin = admin::start(prepared, cell.clone(), ring.clone())?;
+        let admin = admin::start(admin_prepared, cell.clone(), ring.clone())?;
         let dns = dns::start(dns_ready, cell.clone(), ring.clone())?;
         Ok(Node {
             cell,

@@ -212,3 +212,69 @@ fn the_leader_leaving_a_ring_of_two_leaves_a_cell_that_leads_and_serves() {
     }
     c.roundtrip(b"set after 0 0 1\r\nv\r\n", b"STORED\r\n");
 }
+
+/// A cell that cannot have one of its client ports (here its second `-l` address, taken by
+/// someone else) fails its start before the ring hears of it: the ring's map keeps no
+/// member that never serves and no division waiting on it, and the same cell joins once
+/// the port is free.
+#[test]
+fn a_joining_cell_whose_port_is_taken_leaves_no_member_behind() {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    if common::is_memcached() {
+        return;
+    }
+    let mut ring = Ring::start(1, &["-m", "32"]);
+    let join = format!("127.0.0.1:{}", ring.peer_port(0));
+    let squatter = std::net::TcpListener::bind("127.0.0.2:0").expect("a port on 127.0.0.2");
+    let port = squatter.local_addr().unwrap().port();
+    let admin = common::free_peer_port();
+    let peer = cellcache_testkit::process::free_port_besides(&[port, admin]).unwrap();
+    let mut joiner = Command::new(env!("CARGO_BIN_EXE_cellcache"))
+        .args(["serve", "-m", "32", "-l", "127.0.0.1,127.0.0.2"])
+        .args(["-p", &port.to_string(), "--admin-port", &admin.to_string()])
+        .args(["--peer-port", &peer.to_string(), "--join", &join])
+        .env("CELLCACHE_CLUSTER__STATE_DIR", common::state_dir(port))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cellcache starts");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = joiner.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = joiner.kill();
+            panic!("a cell whose client port is taken kept running");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut joiner.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("127.0.0.2:{port}")) && stderr.contains("in use"),
+        "{stderr}"
+    );
+    let status = ring.status(0);
+    let members = status.iter().filter(|l| l.starts_with("CELL ")).count();
+    assert_eq!(members, 1, "{status:?}");
+    assert!(
+        !status.iter().any(|l| l.starts_with("MIGRATION")),
+        "{status:?}"
+    );
+    // The port free again, a cell listening on both addresses joins and serves on both.
+    drop(squatter);
+    let cell = common::Server::start(&["-m", "32", "-l", "127.0.0.2", "--join", &join]);
+    let second = std::net::SocketAddr::from(([127, 0, 0, 2], cell.addr.port()));
+    ring.cells.push(cell);
+    ring.wait_formed(2);
+    let mut c = Client::to(second);
+    c.roundtrip(b"set joined 0 0 1\r\nx\r\n", b"STORED\r\n");
+    assert_eq!(
+        ring.cells[0].connect().get_value("joined").as_deref(),
+        Some("x")
+    );
+}

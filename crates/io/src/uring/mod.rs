@@ -86,18 +86,14 @@ pub(super) const ACCEPTOR_RING_ENTRIES: u32 = 8;
 /// Buffer group id of a worker's provided buffer ring (one group per ring).
 pub(super) const BUFFER_GROUP: u16 = 0;
 
-/// Binds `addr` and starts the acceptor ring and `config.worker_threads()` worker rings.
-pub fn start<S: Service>(
-    addrs: &[SocketAddr],
+/// Starts the acceptor ring on `bound` and `config.worker_threads()` worker rings.
+pub(crate) fn start<S: Service>(
+    bound: Vec<(std::net::TcpListener, crate::Listening)>,
     config: &EngineConfig,
     service: Arc<S>,
     shutdown: Shutdown,
 ) -> Result<RunningEngine, IoError> {
     config.validate()?;
-    // Fail with the cause and the fix (not a bare EPERM) when called directly on a host
-    // that does not allow io_uring.
-    uring_support()?;
-    let bound = crate::bind_listeners(addrs, config.listen_backlog, false)?;
     let listeners: Vec<crate::Listening> = bound.iter().map(|(_, l)| *l).collect();
     let local_addr = listeners[0].addr;
     let stats = Arc::new(EngineStats::default());
