@@ -228,15 +228,17 @@ pub fn start<S: Service>(
     serve(bind(kind, addrs, config)?, config, service, shutdown)
 }
 
-/// Client sockets bound to their addresses, not listening yet, and the engine (never
-/// `Auto`) that will serve them. Until [`serve`] a client's connection is refused, as by a
-/// stopped server, while no other process can listen on these addresses (one that already
-/// listens fails [`bind`]). A cell that must own its ports before it announces them (a ring
-/// member, whose address goes into the ring's map) binds first and serves later.
+/// Client sockets bound and listening, not yet accepted on, and the engine (never `Auto`)
+/// that will serve them. Connections that arrive before [`serve`] wait in the kernel's
+/// backlog (`listen_backlog`). Listening at once is what makes the ports this cell's: a
+/// socket that is only bound, with `SO_REUSEADDR`, looks free to another process binding
+/// the same way (memcached's own test harness finds free ports so), which could then take
+/// it. A cell that must own its ports before it announces them (a ring member, whose
+/// address goes into the ring's map) binds first and serves later.
 #[derive(Debug)]
 pub struct Bound {
     kind: IoEngineKind,
-    sockets: Vec<(socket2::Socket, Listening)>,
+    sockets: Vec<(std::net::TcpListener, Listening)>,
 }
 
 impl Bound {
@@ -251,9 +253,10 @@ impl Bound {
     }
 }
 
-/// Resolves the engine `kind` (see [`resolve`]) and binds a socket to every address of
-/// `addrs` (at least one, in order) with `SO_REUSEADDR`, in the blocking mode that engine
-/// accepts in; nothing listens yet.
+/// Resolves the engine `kind` (see [`resolve`]) and binds a listening socket to every
+/// address of `addrs` (at least one, in order) with `SO_REUSEADDR` and
+/// `config.listen_backlog`, in the blocking mode that engine accepts in; nothing accepts
+/// yet.
 pub fn bind(
     kind: IoEngineKind,
     addrs: &[SocketAddr],
@@ -267,6 +270,7 @@ pub fn bind(
     let kind = resolve(kind)?;
     // The io_uring acceptor waits in the kernel; the other engines' acceptors poll.
     let nonblocking = kind != IoEngineKind::Uring;
+    let backlog = i32::try_from(config.listen_backlog).unwrap_or(i32::MAX);
     let sockets = addrs
         .iter()
         .map(|&addr| {
@@ -279,6 +283,7 @@ pub fn bind(
             .map_err(err)?;
             socket.set_reuse_address(true).map_err(err)?;
             socket.bind(&addr.into()).map_err(err)?;
+            socket.listen(backlog).map_err(err)?;
             socket.set_nonblocking(nonblocking).map_err(err)?;
             let local = socket
                 .local_addr()
@@ -286,32 +291,20 @@ pub fn bind(
                 .as_socket()
                 .ok_or_else(|| err(std::io::Error::other("bound to a non-IP address")))?;
             let fd = socket.as_raw_fd();
-            Ok((socket, Listening { addr: local, fd }))
+            Ok((socket.into(), Listening { addr: local, fd }))
         })
         .collect::<Result<Vec<_>, IoError>>()?;
     Ok(Bound { kind, sockets })
 }
 
-/// Starts the engine `bound` was bound for: its sockets listen (`config.listen_backlog`)
-/// and its acceptors accept.
+/// Starts the engine `bound` was bound for, accepting on its listeners.
 pub fn serve<S: Service>(
     bound: Bound,
     config: &EngineConfig,
     service: Arc<S>,
     shutdown: Shutdown,
 ) -> Result<RunningEngine, IoError> {
-    let backlog = i32::try_from(config.listen_backlog).unwrap_or(i32::MAX);
-    let listeners = bound
-        .sockets
-        .into_iter()
-        .map(|(socket, at)| {
-            socket.listen(backlog).map_err(|source| IoError::Listen {
-                addr: at.addr,
-                source,
-            })?;
-            Ok((socket.into(), at))
-        })
-        .collect::<Result<Vec<_>, IoError>>()?;
+    let listeners = bound.sockets;
     match bound.kind {
         IoEngineKind::Threads => threads::start(listeners, config, service, shutdown),
         IoEngineKind::Uring => uring::start(listeners, config, service, shutdown),

@@ -141,9 +141,9 @@ impl Node {
         }
         // Every client address is bound (and the engine chosen) before the ring hears of
         // this cell: a taken port or an engine the kernel refuses fails the start here, not
-        // after the ring has put a member into its map that never serves. The sockets listen
-        // once the cell knows what it owns; until then clients are refused, as by a stopped
-        // server.
+        // after the ring has put a member into its map that never serves. They listen at
+        // once (only then are they this cell's); clients that connect while the cell joins
+        // wait in the backlog until the engine accepts, once the cell knows what it owns.
         let bound = cellcache_io::bind(config.server.io_engine, &config.server.addrs(), &config.io)
             .map_err(StartError::Engine)?;
         // The admin port too (client port + 20000 by default): `-p`, or the port the

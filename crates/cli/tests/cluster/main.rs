@@ -18,6 +18,28 @@ fn get(c: &mut Client, key: &str) -> Option<String> {
     c.get_value(key)
 }
 
+/// Writes `key0` .. `key{KEYS - 1}` through `c`, each with [`value`] of round 0.
+fn set_keys(c: &mut Client) {
+    for i in 0..KEYS {
+        let v = value(i, 0);
+        c.roundtrip(
+            format!("set key{i} 0 0 {}\r\n{v}\r\n", v.len()).as_bytes(),
+            b"STORED\r\n",
+        );
+    }
+}
+
+/// Every key [`set_keys`] wrote reads back through `c` with its value; `via` names `c`.
+fn check_keys(c: &mut Client, via: &str) {
+    for i in 0..KEYS {
+        assert_eq!(
+            get(c, &format!("key{i}")),
+            Some(value(i, 0)),
+            "key{i} via {via}"
+        );
+    }
+}
+
 /// A cell's own copy of `key` (never forwarded): (value, cas).
 fn peek(c: &mut Client, key: &str) -> Option<(String, u64)> {
     match c.peek_lines(key).as_slice() {
@@ -47,10 +69,8 @@ fn three_cells_serve_one_cache() {
         );
     }
     // Every key readable through every cell.
-    for c in clients.iter_mut() {
-        for i in 0..KEYS {
-            assert_eq!(get(c, &format!("key{i}")), Some(value(i, 0)), "key{i}");
-        }
+    for (i, c) in clients.iter_mut().enumerate() {
+        check_keys(c, &format!("cell {i}"));
     }
     // A multi-key get spanning every master comes back whole and in request order,
     // duplicates included.

@@ -55,13 +55,7 @@ fn a_killed_cell_is_absorbed_without_losing_keys() {
     }
     let mut ring = Ring::start(3, &["-m", "32"]);
     let mut c = ring.cells[0].connect();
-    for i in 0..KEYS {
-        let v = value(i, 0);
-        c.roundtrip(
-            format!("set key{i} 0 0 {}\r\n{v}\r\n", v.len()).as_bytes(),
-            b"STORED\r\n",
-        );
-    }
+    set_keys(&mut c);
     let dead_id = ring.id(1);
     ring.cells[1].kill9();
     ring.wait_formed_among(2, &[0, 2]);
@@ -75,14 +69,7 @@ fn a_killed_cell_is_absorbed_without_losing_keys() {
         );
     }
     for i in [0, 2] {
-        let mut c = ring.cells[i].connect();
-        for k in 0..KEYS {
-            assert_eq!(
-                get(&mut c, &format!("key{k}")),
-                Some(value(k, 0)),
-                "key{k} via {i}"
-            );
-        }
+        check_keys(&mut ring.cells[i].connect(), &format!("cell {i}"));
     }
     common::wait_until(
         "re-replication completes",
@@ -107,13 +94,7 @@ fn a_ring_of_two_absorbs_its_dead_new_cell() {
     }
     let mut ring = Ring::start(2, &["-m", "32"]);
     let mut c = ring.cells[0].connect();
-    for i in 0..KEYS {
-        let v = value(i, 0);
-        c.roundtrip(
-            format!("set key{i} 0 0 {}\r\n{v}\r\n", v.len()).as_bytes(),
-            b"STORED\r\n",
-        );
-    }
+    set_keys(&mut c);
     let dead = ring.key_mastered_by(1, "key");
     let dead_id = ring.id(1);
     ring.cells[1].kill9();
@@ -126,9 +107,7 @@ fn a_ring_of_two_absorbs_its_dead_new_cell() {
         "{status:?}"
     );
     let mut c = ring.cells[0].connect();
-    for k in 0..KEYS {
-        assert_eq!(get(&mut c, &format!("key{k}")), Some(value(k, 0)), "key{k}");
-    }
+    check_keys(&mut c, "cell 0");
     c.roundtrip(
         format!("set {dead} 0 0 3\r\nnew\r\n").as_bytes(),
         b"STORED\r\n",
@@ -222,13 +201,7 @@ fn the_leader_leaving_a_ring_of_two_leaves_a_cell_that_leads_and_serves() {
         },
     );
     let mut c = ring.cells[1].connect();
-    for i in 0..KEYS {
-        let v = value(i, 0);
-        c.roundtrip(
-            format!("set key{i} 0 0 {}\r\n{v}\r\n", v.len()).as_bytes(),
-            b"STORED\r\n",
-        );
-    }
+    set_keys(&mut c);
     let reply = ring.leave(1, &first);
     assert!(reply.starts_with("OK "), "{reply}");
     common::wait_until(
@@ -246,9 +219,7 @@ fn the_leader_leaving_a_ring_of_two_leaves_a_cell_that_leads_and_serves() {
         || leader(&ring, 1).as_deref() == Some(me.as_str()),
     );
     let mut c = ring.cells[1].connect();
-    for i in 0..KEYS {
-        assert_eq!(get(&mut c, &format!("key{i}")), Some(value(i, 0)), "key{i}");
-    }
+    check_keys(&mut c, "cell 1");
     c.roundtrip(b"set after 0 0 1\r\nv\r\n", b"STORED\r\n");
 }
 
