@@ -85,10 +85,11 @@ impl Status {
              cooldown_ms={} cells={}..{} division_expected_ms={} failures={}\r\n",
             if self.enabled { "on" } else { "off" },
             self.provisioner,
-            if self.deciding {
-                &self.cell
-            } else {
-                "elsewhere"
+            // Off and not deciding: nobody decides, which "elsewhere" would deny.
+            match (self.deciding, self.enabled) {
+                (true, _) => &self.cell,
+                (false, true) => "elsewhere",
+                (false, false) => "none",
             },
             self.policy.high_water,
             self.policy.low_water,
@@ -562,4 +563,37 @@ pub async fn switch_ring(cl: &Arc<Cluster>, on: bool) -> Vec<u8> {
         }
     }
     format!("OK {switched} of {} cells\r\n", peers.len() + 1).into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Status;
+
+    fn status(enabled: bool, deciding: bool) -> Status {
+        Status {
+            enabled,
+            provisioner: "local".into(),
+            deciding,
+            cell: "2".into(),
+            policy: cellcache_cluster::autoscale::PolicyConfig::default(),
+            division_expected_ms: 0,
+            pending: Vec::new(),
+            failures: 0,
+            decisions: Vec::new(),
+        }
+    }
+
+    fn decider(s: &Status) -> String {
+        let text = s.text();
+        let word = text.split_whitespace().find(|w| w.starts_with("decider="));
+        word.expect("a decider= field").to_string()
+    }
+
+    #[test]
+    fn the_status_line_names_who_decides() {
+        assert_eq!(decider(&status(true, true)), "decider=2");
+        assert_eq!(decider(&status(true, false)), "decider=elsewhere");
+        // Autoscaling off on the cell asked, the leader: nobody decides.
+        assert_eq!(decider(&status(false, false)), "decider=none");
+    }
 }
