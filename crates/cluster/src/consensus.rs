@@ -81,6 +81,10 @@ pub trait Consensus {
     ) -> impl Future<Output = Result<ClusterMap, ConsensusError>> + Send;
     /// The latest map this replica has applied.
     fn current_map(&self) -> ClusterMap;
+    /// That map's epoch, without copying the map (asked every tick of a cell's drive loop).
+    fn current_epoch(&self) -> u64 {
+        self.current_map().epoch()
+    }
     /// The group's voters and learners.
     fn membership(&self) -> Membership;
 }

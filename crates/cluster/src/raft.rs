@@ -421,6 +421,10 @@ impl Consensus for RaftGroup {
         self.machine.current_map()
     }
 
+    fn current_epoch(&self) -> u64 {
+        self.machine.current_epoch()
+    }
+
     fn membership(&self) -> Membership {
         let metrics = self.raft.metrics();
         let metrics = metrics.borrow();

@@ -177,6 +177,11 @@ impl MapMachine {
         self.lock().map.clone()
     }
 
+    /// The latest applied map's epoch.
+    pub(super) fn current_epoch(&self) -> u64 {
+        self.lock().map.epoch()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, MachineData> {
         self.data.lock().unwrap_or_else(|p| p.into_inner())
     }
