@@ -6,8 +6,8 @@
 //! code base depends on this trait, not on a Raft library, so the library can be swapped or
 //! upgraded in one place and the ring can be simulated with a perfect oracle.
 //!
-//! Group shape: at most [`VOTERS_MAX_DEFAULT`] voters, the other cells follow as
-//! learners. [`Membership::from_map`] picks voters spread evenly around the ring, so the
+//! Group shape: an odd number of voters, at most [`VOTERS_MAX_DEFAULT`], the other cells
+//! follow as learners. [`Membership::from_map`] picks voters spread evenly around the ring, so the
 //! correlated failure the ring already cannot survive (adjacent cells) costs at most one or two
 //! voters rather than a quorum.
 //!
@@ -36,12 +36,17 @@ pub struct Membership {
 }
 
 impl Membership {
-    /// Deterministic membership for `map`: up to `voters_max` Active cells spread evenly
-    /// around the ring vote; every other cell in the map (any state) learns.
+    /// Deterministic membership for `map`: an odd number of Active cells, up to
+    /// `voters_max`, spread evenly around the ring vote; every other cell in the map (any
+    /// state) learns. An even group survives no more voters lost than the odd one below it
+    /// and has one more whose loss can cost the quorum: two voters stop every map change
+    /// when either dies, one voter and a learner only when the voter does — so a ring of
+    /// one that divided goes on, and absorbs the new cell, when that new cell dies.
     pub fn from_map(map: &ClusterMap, voters_max: usize) -> Membership {
         let active: Vec<&CellId> = map.active_cells().map(|c| &c.id).collect();
         let n = active.len();
         let v = voters_max.min(n).max(1);
+        let v = if v % 2 == 0 { v - 1 } else { v };
         // Evenly spaced indices: floor(i * n / v) are distinct for v <= n.
         let voters: BTreeSet<CellId> = (0..v).map(|i| active[i * n / v].clone()).collect();
         let learners = map
@@ -229,6 +234,20 @@ mod tests {
             "no two voters adjacent: {positions:?}"
         );
         let small = Membership::from_map(&grown(2), VOTERS_MAX_DEFAULT);
-        assert_eq!((small.voters.len(), small.learners.len()), (2, 0));
+        assert_eq!((small.voters.len(), small.learners.len()), (1, 1));
+    }
+
+    #[test]
+    fn voters_are_an_odd_number() {
+        for cells in 1..=12u32 {
+            let map = grown(cells);
+            for cap in 1..=7 {
+                let m = Membership::from_map(&map, cap);
+                let want = cap.min(cells as usize);
+                let want = want - (1 - want % 2);
+                assert_eq!(m.voters.len(), want, "{cells} cells, voters_max {cap}");
+                assert_eq!(m.voters.len() + m.learners.len(), cells as usize);
+            }
+        }
     }
 }

@@ -83,6 +83,38 @@ fn a_killed_cell_is_absorbed_without_losing_keys() {
     );
 }
 
+/// A ring of one that divided has one voter, the first cell, and the new cell as a
+/// learner: when the new cell dies the first one absorbs it alone and serves every key,
+/// those the dead cell mastered from their backup copies (with two voters the ring could
+/// not change its map, and stopped serving every range once its map lease lapsed).
+#[test]
+fn a_ring_of_two_absorbs_its_dead_new_cell() {
+    if common::is_memcached() {
+        return;
+    }
+    let mut ring = Ring::start(2, &["-m", "32"]);
+    let mut c = ring.cells[0].connect();
+    set_keys(&mut c);
+    let dead = ring.key_mastered_by(1, "key");
+    let dead_id = ring.id(1);
+    ring.cells[1].kill9();
+    ring.wait_formed_among(1, &[0]);
+    let status = ring.status(0);
+    assert!(
+        !status
+            .iter()
+            .any(|l| l.starts_with(&format!("CELL {dead_id} "))),
+        "{status:?}"
+    );
+    let mut c = ring.cells[0].connect();
+    check_keys(&mut c, "cell 0");
+    c.roundtrip(
+        format!("set {dead} 0 0 3\r\nnew\r\n").as_bytes(),
+        b"STORED\r\n",
+    );
+    assert_eq!(get(&mut c, &dead).as_deref(), Some("new"));
+}
+
 /// A request forwarded to a master that never answers (SIGSTOP: its kernel still
 /// acknowledges the bytes, so the connection does not fail) is given up on with the
 /// retryable error after the deadline plus one more timeout, and the client's next request
@@ -134,9 +166,8 @@ fn a_silent_master_does_not_hold_a_forwarded_request_forever() {
         .status();
 }
 
-/// The consensus leader leaves a ring of two, whose two cells are both voters: the cell
-/// left alone can elect itself only if the leaving cell took itself out of the voters
-/// before it stopped. The 1 → N → 1 run found a last cell without a leader, serving no key
+/// The consensus leader, the one voter of a ring of two, leaves: the cell left alone can
+/// elect itself only if the leaving cell handed the vote over before it stopped. The 1 → N → 1 run found a last cell without a leader, serving no key
 /// request ever after.
 #[test]
 fn the_leader_leaving_a_ring_of_two_leaves_a_cell_that_leads_and_serves() {

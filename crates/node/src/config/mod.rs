@@ -193,7 +193,8 @@ pub struct ClusterConfig {
     pub handoff_lag_bytes_max: usize,
     /// Snapshot streaming rate during hand-off and re-replication (bytes/s; 0 = unlimited).
     pub handoff_bytes_per_sec: u64,
-    /// Most voters of the consensus group (the rest of the cells are learners).
+    /// Most voters of the consensus group (the rest of the cells are learners); an odd
+    /// number votes, an even cap or cell count rounds down.
     pub voters_max: usize,
     /// The ring's recent events (divisions, absorptions) a cell keeps for `GET /events`.
     pub events_kept: usize,
