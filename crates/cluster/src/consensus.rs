@@ -7,8 +7,8 @@
 //! upgraded in one place and the ring can be simulated with a perfect oracle.
 //!
 //! Group shape: an odd number of voters, at most [`VOTERS_MAX_DEFAULT`], the other cells
-//! follow as learners. [`Membership::from_map`] picks voters spread evenly around the ring, so the
-//! correlated failure the ring already cannot survive (adjacent cells) costs at most one or two
+//! follow as learners. [`Membership::from_map`] picks voters spread evenly around the ring,
+//! so the correlated failure the ring already cannot survive (adjacent cells) costs at most one or two
 //! voters rather than a quorum.
 //!
 //! [`LocalConsensus`] is the single-voter group: correct for a one-cell cluster, for tools

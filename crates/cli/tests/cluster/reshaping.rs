@@ -167,8 +167,8 @@ fn a_silent_master_does_not_hold_a_forwarded_request_forever() {
 }
 
 /// The consensus leader, the one voter of a ring of two, leaves: the cell left alone can
-/// elect itself only if the leaving cell handed the vote over before it stopped. The 1 → N → 1 run found a last cell without a leader, serving no key
-/// request ever after.
+/// elect itself only if the leaving cell handed the vote over before it stopped. The
+/// 1 → N → 1 run found a last cell without a leader, serving no key request ever after.
 #[test]
 fn the_leader_leaving_a_ring_of_two_leaves_a_cell_that_leads_and_serves() {
     use std::time::Duration;
