@@ -70,6 +70,14 @@ struct HandOff {
     last_ack_ms: u64,
 }
 
+/// A range this cell gave up whose writes made here may still be on their way to its new
+/// master: no lease on it is granted until they are delivered or `until_ms` passes.
+#[derive(Debug, Clone, Copy)]
+struct Tail {
+    range: HashRange,
+    until_ms: u64,
+}
+
 /// One cell's ring state machine; see the module docs.
 #[derive(Debug)]
 pub struct Ring {
@@ -85,10 +93,10 @@ pub struct Ring {
     /// Per backup, the send time of the oldest heartbeat whose answer this cell may still
     /// accept: set when it released leases from that backup (see `LeaseRelease`).
     accept_from_ms: BTreeMap<CellId, u64>,
-    /// Heartbeats of masters this cell backs up that came while its map was unconfirmed
-    /// (sender → the latest one's `sent_at_ms`): answered with a grant as soon as the map is
-    /// confirmed ([`Ring::answer_deferred`]) instead of at the master's next retry. At most
-    /// one per predecessor.
+    /// Heartbeats of masters this cell backs up that came while its map was unconfirmed, or
+    /// while a range of theirs was still in `tails` (sender → the latest one's
+    /// `sent_at_ms`): answered with a grant as soon as that ends ([`Ring::answer_deferred`])
+    /// instead of at the master's next retry. At most one per predecessor.
     deferred: BTreeMap<CellId, u64>,
     /// My backups under the installed map (cached: `can_serve` is on the request path).
     backups: Vec<CellId>,
@@ -116,6 +124,8 @@ pub struct Ring {
     /// Per cell, the newest map epoch at which it released every lease it held from this
     /// cell: proof it stopped serving for good if it was leaving in that map.
     released_all: BTreeMap<CellId, u64>,
+    /// Ranges given up whose writes are still being delivered (see [`Output::DeliverTail`]).
+    tails: Vec<Tail>,
     outputs: Vec<Output>,
     /// The maps installed before `map`, oldest first, at most [`RECENT_MAPS_MAX`]: what a
     /// message stamped with an older epoch is judged by ([`Ring::master_ranges`]).
@@ -151,6 +161,7 @@ impl Ring {
             map_valid_until_ms: 0,
             acquired: Vec::new(),
             released_all: BTreeMap::new(),
+            tails: Vec::new(),
             outputs: Vec::new(),
             recent: VecDeque::new(),
         };
@@ -331,6 +342,23 @@ impl Ring {
         for b in &self.backups {
             self.last_ack_ms.entry(b.clone()).or_insert(now_ms);
         }
+        // What this cell mastered and gave up: its new master may be this cell's
+        // predecessor, served on this cell's own grant (a ring of one dividing, a shift up
+        // in a ring of two), which must wait for the writes made here to reach it.
+        let gave_from = old
+            .as_ref()
+            .and_then(|o| o.cell(&self.me))
+            .filter(|c| c.state == CellState::Active)
+            .and_then(|c| c.range);
+        if let Some(o) = gave_from {
+            let kept = me.range.filter(|_| me.state == CellState::Active);
+            let gave = kept.map_or_else(|| vec![o], |k| o.minus(&k));
+            for range in gave {
+                let until_ms = now_ms.saturating_add(self.config.tail_hold_ms);
+                self.tails.push(Tail { range, until_ms });
+                self.outputs.push(Output::DeliverTail { range });
+            }
+        }
         self.last_ack_ms.retain(|b, _| self.backups.contains(b));
         if let Some(range) = me.range {
             self.record_acquired(old.as_ref(), &map, range, served, now_ms);
@@ -479,6 +507,7 @@ impl Ring {
         }
         self.grants.retain(|_, gs| !gs.is_empty());
         self.acquired.retain(|a| now_ms < a.not_before_ms);
+        self.tails.retain(|t| now_ms < t.until_ms);
         self.answer_deferred(now_ms);
         let due = self
             .last_heartbeat_ms

@@ -39,12 +39,20 @@ enum Payload {
     Propose(Proposal),
     Map(Box<ClusterMap>),
     MapRequest,
-    Confirm { epoch: u64, sent_at_ms: u64 },
-    Confirmed { epoch: u64, sent_at_ms: u64 },
+    Confirm {
+        epoch: u64,
+        sent_at_ms: u64,
+    },
+    Confirmed {
+        epoch: u64,
+        sent_at_ms: u64,
+    },
     HandOffData,
     HandOffAck,
     ResyncData(HashRange),
     ResyncAck(HashRange),
+    /// A cell's own report that the writes it made in a range it gave up were delivered.
+    TailDelivered(HashRange),
 }
 
 struct InFlight {
@@ -211,6 +219,10 @@ impl Sim {
                 Output::Resync { to, range } => {
                     self.send(me.clone(), Endpoint::Cell(to), Payload::ResyncData(range))
                 }
+                // The data plane is not simulated: its tail arrives after a network delay.
+                Output::DeliverTail { range } => {
+                    self.send(me.clone(), me.clone(), Payload::TailDelivered(range))
+                }
                 Output::Holdings { .. } | Output::Fenced => {}
             }
         }
@@ -289,6 +301,7 @@ impl Sim {
                     Payload::Confirmed { epoch, sent_at_ms } => {
                         cell.ring.map_confirmed(epoch, sent_at_ms)
                     }
+                    Payload::TailDelivered(range) => cell.ring.tail_delivered(range, now),
                     Payload::Propose(_) | Payload::MapRequest | Payload::Confirm { .. } => {}
                 }
                 self.flush(&id.clone());

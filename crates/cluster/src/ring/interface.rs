@@ -53,6 +53,11 @@ pub struct RingConfig {
     /// How long a confirmation from the consensus group that our map is current stays good
     /// (counted from when we asked). Without a fresh one a cell neither serves nor grants.
     pub map_lease_ms: u64,
+    /// A cell that gave up part of its range grants the part's new master no lease on it
+    /// until the writes it made there are delivered ([`Output::DeliverTail`]), or this
+    /// long at most: past it those writes have failed their clients anyway (it matches
+    /// the node's default `request_timeout_ms`).
+    pub tail_hold_ms: u64,
 }
 
 impl Default for RingConfig {
@@ -71,6 +76,7 @@ impl Default for RingConfig {
             handoff_stall_timeout_ms: 10_000,
             resync_retry_ms: 5_000,
             map_lease_ms: 2_000,
+            tail_hold_ms: 3_000,
         }
     }
 }
@@ -147,6 +153,12 @@ pub enum Output {
     /// Ask the consensus group whether `epoch` is still the current map (a Raft read-index
     /// or leader-lease check); report a yes with [`super::Ring::map_confirmed`] and this `sent_at_ms`.
     ConfirmMap { epoch: u64, sent_at_ms: u64 },
+    /// This cell gave up `range` (a division's child or a shift's receiver masters it
+    /// now): deliver what it queued for replication so far, then report it with
+    /// [`super::Ring::tail_delivered`]. Until then it grants no lease on `range`, so the
+    /// new master does not serve it before the writes made here reached it (it would
+    /// refuse them as made under an older map, failing their clients).
+    DeliverTail { range: HashRange },
     /// This cell has been removed from the ring: stop serving for good.
     Fenced,
 }

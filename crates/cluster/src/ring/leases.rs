@@ -156,6 +156,14 @@ impl Ring {
                 .any(|(c, _)| c.id == *to)
     }
 
+    /// The node delivered what this cell had queued for replication when it gave up
+    /// `range` ([`Output::DeliverTail`]): its new master may get a lease on it now (a
+    /// heartbeat that came meanwhile is answered at once).
+    pub fn tail_delivered(&mut self, range: HashRange, now_ms: u64) {
+        self.tails.retain(|t| t.range != range);
+        self.answer_deferred(now_ms);
+    }
+
     /// Answers the heartbeats deferred while this cell's map was unconfirmed, now that it
     /// is confirmed: a grant decided now ([`Ring::grant_for`], as for a heartbeat arriving
     /// now), so a new master waits for one confirmation round trip, not for its next retry
@@ -198,6 +206,16 @@ impl Ring {
             .backup_ranges(&self.me)
             .into_iter()
             .find(|(c, _)| c.id == *to)?;
+        if self
+            .tails
+            .iter()
+            .any(|t| now_ms < t.until_ms && t.range.overlaps(&range))
+        {
+            // Answered once the writes this cell made there are delivered.
+            let at = self.deferred.entry(to.clone()).or_insert(sent_at_ms);
+            *at = (*at).max(sent_at_ms);
+            return None;
+        }
         let conflict = self.grants.iter().any(|(other, gs)| {
             other != to
                 && gs

@@ -36,6 +36,7 @@ mod slot;
 mod split;
 pub mod stats;
 mod streams;
+mod tail;
 pub mod transport;
 mod trim;
 pub use streams::RunningStream;
@@ -693,26 +694,7 @@ impl Cluster {
                 Output::Send {
                     to,
                     message: message @ RingMessage::LeaseRelease { .. },
-                } => {
-                    // The successor of this range may serve it as soon as the backup learns
-                    // of the release: first deliver every write made under the lease (the
-                    // hand-off's drained tail), then release. Only what is queued now: the
-                    // re-replication the same map starts (its outputs come after this one)
-                    // copies stored items, and waiting for it held a division's child off
-                    // its lease for tens of milliseconds.
-                    let upto = self.repl.position();
-                    let cl = self.clone();
-                    self.handle.spawn(async move {
-                        let budget = Duration::from_millis(cl.config.ring.lease_ms);
-                        if !cl.repl.drained(upto, budget).await {
-                            tracing::warn!(to = %to, "replication tail not drained; the lease will expire instead");
-                            return;
-                        }
-                        if let Some(link) = cl.link(&to) {
-                            link.send(FrameKind::Heartbeat, message.encode());
-                        }
-                    });
-                }
+                } => self.release_after_tail(to, message),
                 Output::Send { to, message } => {
                     let kind = match message {
                         RingMessage::HeartbeatAck { .. } => FrameKind::HeartbeatAck,
@@ -740,6 +722,7 @@ impl Cluster {
                     master,
                     backups,
                 } => self.trim.hold(epoch, master, backups),
+                Output::DeliverTail { range } => self.deliver_tail(range),
                 Output::StartHandOff { child, range } => self.start_stream(child, range, true),
                 Output::Resync { to, range } => self.start_stream(to, range, false),
                 Output::NeedMap { .. } => self.catch_up(),

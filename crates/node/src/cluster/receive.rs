@@ -104,6 +104,7 @@ pub(super) fn frame(cl: &Arc<Cluster>, from: &CellId, number: &mut u64, f: Owned
     }
     let Some(rules) = rules(cl, from, &f) else {
         cl.stats.replicate_refused.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(peer = %from, epoch = f.epoch, mine = cl.epoch(), "replication under an older map for keys this cell serves now: refused");
         return Answer::Reply(FrameKind::Refused, b"stale epoch".to_vec());
     };
     let mut applied = cl.applied.lock();

@@ -751,3 +751,4 @@ fn two_serving(cfg: RingConfig) -> (Ring, Ring, ClusterMap) {
 
 mod departed;
 mod shift;
+mod tail;

@@ -104,9 +104,11 @@ fn the_receiver_serves_the_moved_part_only_after_the_giver_released_it() {
             b.step(m, t);
         }
     }
-    // The giver installs the new map; leases are renewed under it.
+    // The giver installs the new map; leases are renewed under it once the giver's writes
+    // in the part reached the receiver (the node reports its tail delivered).
     a.install_map(done.clone(), t);
     a.map_confirmed(done.epoch(), t);
+    a.tail_delivered(moved, t);
     b.tick(t);
     a.tick(t);
     exchange(&mut a, &mut b, t);
@@ -149,6 +151,7 @@ fn a_giver_on_the_new_map_cuts_its_lease_and_releases_the_rest() {
     for m in releases {
         b.step(m, 11);
     }
+    a.tail_delivered(moved, 11);
     b.tick(11);
     a.tick(11);
     exchange(&mut a, &mut b, 11);

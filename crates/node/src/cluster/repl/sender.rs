@@ -112,7 +112,7 @@ impl Replicator {
                 {
                     // Fenced: the target serves these keys under a newer map, so writes made
                     // under the old one are not confirmed (their clients get SERVER_ERROR).
-                    tracing::debug!(to = %t.to, epoch = f.epoch, batch_epoch, reason = %String::from_utf8_lossy(&f.payload), "replication refused for good");
+                    tracing::warn!(to = %t.to, epoch = f.epoch, batch_epoch, entries = batch.entries, reason = %String::from_utf8_lossy(&f.payload), "replication refused for good: its writes fail");
                     let mut st = t.state.lock();
                     st.refused_for_good(&batch);
                     trim_acked(&mut st);
@@ -145,18 +145,23 @@ impl Replicator {
         self.seq.load(Ordering::Acquire)
     }
 
-    /// Whether every target acknowledged what was queued for it up to position `upto` (a
-    /// departing master's tail is delivered), waiting at most `timeout`. Records queued
-    /// after `upto` — the re-replication a map change starts, copies of what is already
-    /// stored — are not waited for.
-    pub async fn drained(&self, upto: u64, timeout: Duration) -> bool {
-        let targets: Vec<(Arc<Target>, u64)> = self
-            .layout
-            .lock()
-            .targets
-            .values()
-            .map(|t| (t.clone(), upto))
-            .collect();
+    /// Whether every target — a removed one still delivering its tail too — acknowledged
+    /// what was queued for it up to position `upto` (a departing master's tail is
+    /// delivered), waiting at most `timeout`. Records queued after `upto` — the
+    /// re-replication a map change starts, copies of what is already stored — are not
+    /// waited for; with `writes_only`, neither are snapshot items queued before (a
+    /// re-replication to another backup can take far longer than the writes clients wait
+    /// for, and a live write takes along the unsent snapshot items of its key).
+    pub async fn drained(&self, upto: u64, timeout: Duration, writes_only: bool) -> bool {
+        let targets: Vec<(Arc<Target>, u64)> = {
+            let layout = self.layout.lock();
+            layout
+                .targets
+                .values()
+                .chain(layout.retired.values())
+                .map(|t| (t.clone(), upto))
+                .collect()
+        };
         let deadline = Instant::now() + timeout;
         loop {
             let pending = targets.iter().any(|(t, upto)| {
@@ -166,10 +171,11 @@ impl Replicator {
                         .backlog
                         .iter()
                         .any(|(s, _, _)| *s <= *upto && *s > st.acked)
-                        || st
-                            .snapshot
-                            .iter()
-                            .any(|(s, _, _)| *s <= *upto && *s > st.snapshot_acked))
+                        || !writes_only
+                            && st
+                                .snapshot
+                                .iter()
+                                .any(|(s, _, _)| *s <= *upto && *s > st.snapshot_acked))
             });
             if !pending {
                 return true;

@@ -697,3 +697,40 @@ fn a_forged_jump_leaves_the_lane_where_it_was() {
     assert!(stored(&store, b"b").is_some());
     assert!(stored(&store, b"evil").is_none());
 }
+
+/// The tail a cell that gave up a range delivers before the range's new master may serve
+/// it: the writes queued so far on every target, a removed one still delivering included;
+/// with `writes_only`, not the snapshot items (a re-replication to another backup may take
+/// far longer than any client waits).
+#[test]
+fn drained_waits_for_the_writes_queued_so_far_on_every_target() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime");
+    let r = replicator();
+    let backup = Arc::new(positioned(2, true));
+    let removed = Arc::new(positioned(3, true));
+    {
+        let mut layout = r.layout.lock();
+        layout.targets.insert(backup.to.clone(), backup.clone());
+        layout.retired.insert(removed.to.clone(), removed.clone());
+    }
+    let short = Duration::from_millis(5);
+    let drained = |upto, writes_only| rt.block_on(r.drained(upto, short, writes_only));
+    r.push(&backup, 1, set("s", "v"), LaneKind::Snapshot);
+    assert!(drained(r.position(), true), "a snapshot item is no write");
+    assert!(!drained(r.position(), false));
+    r.push(&removed, 1, set("k", "v"), LaneKind::Live);
+    let upto = r.position();
+    assert!(
+        !drained(upto, true),
+        "the removed target's write is waited for"
+    );
+    send(&removed).expect("a batch");
+    r.push(&removed, 1, set("later", "v"), LaneKind::Live);
+    assert!(
+        drained(upto, true),
+        "a write queued after `upto` is not waited for"
+    );
+}

@@ -52,6 +52,7 @@ impl Replicator {
                 for (t, seq) in &w.positions {
                     let st = t.state.lock();
                     if *seq <= st.rejected_upto {
+                        tracing::warn!(to = %t.to, seq, "write not confirmed: its target refused it (it serves the key under a newer map)");
                         outcome = Some(Err(WaitError::Unreachable));
                         break;
                     }
@@ -63,10 +64,12 @@ impl Replicator {
                             unreplicated = true;
                             continue;
                         }
+                        tracing::warn!(to = %t.to, seq, "write not confirmed: its target is unreachable (no_backup = refuse)");
                         outcome = Some(Err(WaitError::Unreachable));
                         break;
                     }
                     outcome = if now >= w.deadline {
+                        tracing::warn!(to = %t.to, seq, acked = st.acked, "write not confirmed within the request timeout");
                         Some(Err(WaitError::Timeout))
                     } else {
                         None
