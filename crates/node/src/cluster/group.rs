@@ -85,6 +85,17 @@ impl RaftTransport for Transport {
     }
 }
 
+/// Whether `cell` is still a member (voter or learner) of the consensus group as this
+/// replica knows it. A cell removed from the map stays one until the group takes it out:
+/// a leaving leader must still reach the others to hand its vote over. Refusing its
+/// frames once the map without it was applied here left the last cell of a ring of two a
+/// learner with no leader for good (CI: `the_leader_leaving_a_ring_of_two_…`).
+pub(super) fn in_the_group(raft: &RaftGroup, cell: &CellId) -> bool {
+    use cellcache_cluster::Consensus;
+    let m = raft.membership();
+    m.voters.contains(cell) || m.learners.contains(cell)
+}
+
 /// Answers a `Consensus` frame's payload from the cell `from` (its `Hello`).
 pub async fn handle(cl: Arc<Cluster>, from: &CellId, payload: Vec<u8>) -> Vec<u8> {
     let Some((&op, body)) = payload.split_first() else {
@@ -97,9 +108,6 @@ pub async fn handle(cl: Arc<Cluster>, from: &CellId, payload: Vec<u8>) -> Vec<u8
         tracing::debug!(%from, why, "consensus frame refused");
         [&[FAILED][..], why.as_bytes()].concat()
     };
-    if !cl.is_member(from) {
-        return refuse("not a cell of this map");
-    }
     let Some(raft) = cl.raft.get() else {
         return [&[FAILED][..], b"consensus not started"].concat();
     };
@@ -109,6 +117,11 @@ pub async fn handle(cl: Arc<Cluster>, from: &CellId, payload: Vec<u8>) -> Vec<u8
         OP_SNAPSHOT => Some(RaftRpc::InstallSnapshot),
         _ => None,
     };
+    // Raft's own RPCs are judged by the group's membership; everything else by the map.
+    let allowed = cl.is_member(from) || (rpc.is_some() && in_the_group(raft, from));
+    if !allowed {
+        return refuse("not a cell of this map");
+    }
     if let Some(rpc) = rpc {
         if RaftGroup::rpc_sender(rpc, body) != Some(raft_id(from)) {
             return refuse("the RPC names another node than its sender");

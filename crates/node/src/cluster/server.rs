@@ -1,7 +1,8 @@
 //! The peer listener: inbound connections from other cells.
 //!
 //! Each connection starts with the sender's `Hello`. A fenced sender (removed from the
-//! ring) gets only the map, so it learns it was removed; its other requests are refused.
+//! ring) gets only the map, so it learns it was removed; its other requests are refused,
+//! but Raft's RPCs while the consensus group still counts it a member.
 //! Frames are then handled in arrival order on the connection's reader: forwarded requests
 //! execute inline (so one sender's pipeline executes in order; only a write's wait for its
 //! backups, and retries, continue asynchronously) if the sender is a cell of this cell's
@@ -172,7 +173,16 @@ async fn connection(cl: Arc<Cluster>, stream: TcpStream, peer: String) {
         number: 0,
     };
     read_frames(&mut rd, &wire_cfg, "listener", Some(&budget), |frame| {
-        if !fenced {
+        // A removed cell still in the consensus group (a leaving leader handing its vote
+        // over) still reaches it; `group::handle` lets only Raft's own RPCs through.
+        let consensus_member = || {
+            frame.kind == FrameKind::Consensus
+                && cl
+                    .raft
+                    .get()
+                    .is_some_and(|r| super::group::in_the_group(r, &from))
+        };
+        if !fenced || consensus_member() {
             return on_frame(&cl, &from, &mut conn, frame);
         }
         let (kind, payload) = if frame.kind == FrameKind::MapRequest {
