@@ -117,6 +117,7 @@ impl Ring {
                 let Some(before_ms) = before_ms else {
                     self.grants.remove(&from);
                     self.deferred.remove(&from);
+                    self.answer_deferred(now_ms);
                     return;
                 };
                 // A deferred heartbeat the master no longer accepts answers to.
@@ -137,6 +138,8 @@ impl Ring {
                         }
                     });
                 }
+                // A heartbeat refused for the grants just released is answered now.
+                self.answer_deferred(now_ms);
             }
         }
     }
@@ -164,8 +167,9 @@ impl Ring {
         self.answer_deferred(now_ms);
     }
 
-    /// Answers the heartbeats deferred while this cell's map was unconfirmed, now that it
-    /// is confirmed: a grant decided now ([`Ring::grant_for`], as for a heartbeat arriving
+    /// Answers the heartbeats deferred while this cell's map was unconfirmed, its tail
+    /// undelivered or a conflicting grant to another cell unreleased, as far as that ended:
+    /// a grant decided now ([`Ring::grant_for`], as for a heartbeat arriving
     /// now), so a new master waits for one confirmation round trip, not for its next retry
     /// on top. Call after [`Ring::map_confirmed`]; `tick` calls it too.
     pub fn answer_deferred(&mut self, now_ms: u64) {
@@ -223,6 +227,10 @@ impl Ring {
                     .any(|g| now_ms < g.expires_ms && g.range.overlaps(&range))
         });
         if conflict {
+            // Answered once the other cell releases it (a division's or shift's giver does
+            // once its tail is delivered) or it expires, not at this master's next retry.
+            let at = self.deferred.entry(to.clone()).or_insert(sent_at_ms);
+            *at = (*at).max(sent_at_ms);
             return None;
         }
         let expires_ms = now_ms

@@ -187,6 +187,100 @@ fn a_heartbeat_deferred_by_an_unconfirmed_map_is_granted_at_confirmation() {
     assert!(sends(&b.drain_outputs()).is_empty());
 }
 
+/// A ring of two divides cell 2: its child takes the upper half of cell 2's range, whose
+/// backup stays cell 1, and cell 1 may grant the child no lease there while its grant to
+/// cell 2 (the range's master until the flip) runs. The child's heartbeat refused for that
+/// grant is answered the moment cell 2 releases it, not at the child's next retry: clients
+/// of the moved half wait one message less.
+#[test]
+fn a_heartbeat_refused_for_the_givers_grant_is_answered_at_its_release() {
+    let cfg = RingConfig::default();
+    let two = two_cells();
+    let dividing = apply(
+        &two,
+        &Proposal {
+            based_on_epoch: two.epoch(),
+            change: Change::BeginDivision {
+                parent: id("2"),
+                child_address: addr(2),
+            },
+        },
+    )
+    .unwrap();
+    let child = dividing
+        .cells
+        .iter()
+        .find(|c| c.state == CellState::Joining)
+        .map(|c| c.id.clone())
+        .unwrap();
+    let done = apply(
+        &dividing,
+        &Proposal {
+            based_on_epoch: dividing.epoch(),
+            change: Change::CompleteDivision {
+                child: child.clone(),
+            },
+        },
+    )
+    .unwrap();
+    let moved = done.cell(&child).unwrap().range.unwrap();
+    assert_eq!(
+        done.backup_ranges(&id("1")).len(),
+        1,
+        "cell 1 backs up the child only"
+    );
+
+    // Before the flip cell 1 granted cell 2 its whole range.
+    let mut one = Ring::new(id("1"), dividing.clone(), cfg, 0);
+    let mut parent = Ring::new(id("2"), dividing.clone(), cfg, 0);
+    one.map_confirmed(dividing.epoch(), 0);
+    parent.map_confirmed(dividing.epoch(), 0);
+    parent.tick(0);
+    exchange(&mut parent, &mut one, 0);
+    assert!(
+        parent.can_serve(moved.start, 1),
+        "cell 2 holds cell 1's lease"
+    );
+
+    // The flip: cell 1 and the child have the map, the child asks cell 1 for a lease.
+    one.install_map(done.clone(), 10);
+    one.map_confirmed(done.epoch(), 10);
+    one.drain_outputs();
+    let mut c = Ring::new(child.clone(), done.clone(), cfg, 10);
+    c.map_confirmed(done.epoch(), 10);
+    c.tick(10);
+    exchange(&mut c, &mut one, 10);
+    assert!(
+        !c.can_serve(moved.start, 11),
+        "no lease while cell 2's grant runs"
+    );
+
+    // Cell 2 releases everything it held from cell 1 (its tail delivered).
+    one.step(
+        RingMessage::LeaseRelease {
+            from: id("2"),
+            epoch: done.epoch(),
+            before_ms: Some(10),
+            keep: None,
+        },
+        12,
+    );
+    let answers = sends(&one.drain_outputs());
+    assert!(
+        answers.iter().any(|(to, m)| *to == child
+            && matches!(m, RingMessage::HeartbeatAck { grant: Some(g), .. } if g.covers(&moved))),
+        "the child's heartbeat is answered with a grant at the release: {answers:?}"
+    );
+    for (_, m) in answers {
+        c.step(m, 12);
+    }
+    assert!(
+        c.can_serve(moved.start, 12),
+        "the child serves before its next retry (lease_retry_ms {})",
+        cfg.lease_retry_ms
+    );
+}
+
 #[test]
 fn silent_successor_is_proposed_for_fencing_not_removed() {
     let map = two_cells();
