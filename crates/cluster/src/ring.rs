@@ -385,8 +385,32 @@ impl Ring {
                     && !map.migrations().contains(m)
             })
         });
+        // A division's child flipped now received all of my old range before the flip (the
+        // snapshot and every write since: it caught up, and stayed a replication target),
+        // so as my new backup it holds my new range already. (Re-sending it cost the
+        // parent, the busiest cell of the ring, a second stream of half its data right
+        // after the flip.)
+        let children_done: Vec<CellId> = old
+            .iter()
+            .flat_map(|o| o.migrations())
+            .filter_map(|m| match m {
+                Migration::Division { parent, child, .. }
+                    if *parent == self.me
+                        && !map.migrations().contains(m)
+                        && map
+                            .cell(child)
+                            .is_some_and(|c| c.state == CellState::Active) =>
+                {
+                    Some(child.clone())
+                }
+                _ => None,
+            })
+            .collect();
         if let (Some(range), Some(o)) = (me.range, old.as_ref()) {
             for b in &self.backups {
+                if children_done.contains(b) {
+                    continue;
+                }
                 let held = shifted && held_all(o, b, range);
                 if !old_backups.contains(b) || (old_range != Some(range) && !held) {
                     self.resync_out.insert((b.clone(), range), now_ms);

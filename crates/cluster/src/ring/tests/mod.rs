@@ -281,6 +281,40 @@ fn a_heartbeat_refused_for_the_givers_grant_is_answered_at_its_release() {
     );
 }
 
+/// At a division's flip the parent owes its new backup, the child, nothing: the child
+/// caught up with all of the parent's old range before the flip. The child still brings
+/// its own backup up to date.
+#[test]
+fn a_parent_does_not_resend_its_range_to_the_child_it_just_flipped() {
+    let cfg = RingConfig::default();
+    let dividing = one_divides(&ClusterMap::bootstrap(id("1"), addr(0), 2).unwrap());
+    let flipped = apply(
+        &dividing,
+        &Proposal {
+            based_on_epoch: dividing.epoch(),
+            change: Change::CompleteDivision { child: id("2") },
+        },
+    )
+    .unwrap();
+    let resyncs = |ring: &mut Ring| -> Vec<CellId> {
+        ring.drain_outputs()
+            .into_iter()
+            .filter_map(|o| match o {
+                Output::Resync { to, .. } => Some(to),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut parent = Ring::new(id("1"), dividing.clone(), cfg, 0);
+    let mut child = Ring::new(id("2"), dividing, cfg, 0);
+    parent.drain_outputs();
+    child.drain_outputs();
+    parent.install_map(flipped.clone(), 10);
+    child.install_map(flipped, 10);
+    assert_eq!(resyncs(&mut parent), Vec::<CellId>::new());
+    assert_eq!(resyncs(&mut child), vec![id("1")]);
+}
+
 #[test]
 fn silent_successor_is_proposed_for_fencing_not_removed() {
     let map = two_cells();
