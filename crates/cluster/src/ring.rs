@@ -93,9 +93,9 @@ pub struct Ring {
     /// Per backup, the send time of the oldest heartbeat whose answer this cell may still
     /// accept: set when it released leases from that backup (see `LeaseRelease`).
     accept_from_ms: BTreeMap<CellId, u64>,
-    /// Heartbeats of masters this cell backs up that came while its map was unconfirmed,
-    /// while a range of theirs was still in `tails`, or while another cell held a grant
-    /// overlapping their range (sender → the latest one's `sent_at_ms`): answered with a grant as soon as that ends ([`Ring::answer_deferred`])
+    /// Heartbeats of masters this cell backs up that came while its map was unconfirmed or
+    /// older than theirs, while a range of theirs was still in `tails`, or while another
+    /// cell held a grant overlapping their range (sender → the latest one's `sent_at_ms`): answered with a grant as soon as that ends ([`Ring::answer_deferred`])
     /// instead of at the master's next retry. At most one per predecessor.
     deferred: BTreeMap<CellId, u64>,
     /// My backups under the installed map (cached: `can_serve` is on the request path).
@@ -229,6 +229,9 @@ impl Ring {
         self.recent.push_back(old.clone());
         self.adopt(map, Some(old), served, now_ms);
         self.end_waits_for_stopped();
+        // Heartbeats that came stamped with this map (kept if their senders are my
+        // predecessors in it) get their grants now, not at the next tick.
+        self.answer_deferred(now_ms);
         // Heartbeat and confirm now, not at the next tick, so leases under the new map
         // arrive within one round trip.
         if !self.fenced {

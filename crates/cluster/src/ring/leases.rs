@@ -32,7 +32,11 @@ impl Ring {
             } => {
                 self.note_epoch(&from, epoch);
                 let grant = self.grant_for(&from, sent_at_ms, now_ms);
-                if grant.is_none() && self.may_grant_once_confirmed(&from, now_ms) {
+                // A heartbeat under a map newer than mine (a division's parent heartbeats its
+                // child the moment it installs the flip, which may reach the child first) is
+                // answered once I install that map, if its sender is my predecessor there.
+                let newer = epoch > self.map.epoch();
+                if grant.is_none() && (newer || self.may_grant_once_confirmed(&from, now_ms)) {
                     let at = self.deferred.entry(from.clone()).or_insert(sent_at_ms);
                     *at = (*at).max(sent_at_ms);
                 }

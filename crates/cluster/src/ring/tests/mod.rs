@@ -281,6 +281,53 @@ fn a_heartbeat_refused_for_the_givers_grant_is_answered_at_its_release() {
     );
 }
 
+/// A division's parent heartbeats its new backup, the child, the moment it installs the
+/// flip; that heartbeat may reach the child before the child has the flip itself. The child
+/// answers it with a grant as soon as it installs the map, not at the parent's next retry.
+#[test]
+fn a_heartbeat_under_a_newer_map_is_granted_once_that_map_is_installed() {
+    let cfg = RingConfig::default();
+    let dividing = one_divides(&ClusterMap::bootstrap(id("1"), addr(0), 2).unwrap());
+    let done = two_cells();
+    let kept = done.cell(&id("1")).unwrap().range.unwrap();
+    let mut parent = Ring::new(id("1"), dividing.clone(), cfg, 0);
+    let mut child = Ring::new(id("2"), dividing.clone(), cfg, 0);
+    parent.map_confirmed(dividing.epoch(), 0);
+    child.map_confirmed(dividing.epoch(), 0);
+    parent.drain_outputs();
+    child.drain_outputs();
+
+    parent.install_map(done.clone(), 10);
+    parent.map_confirmed(done.epoch(), 10);
+    for (to, m) in sends(&parent.drain_outputs()) {
+        if to == id("2") {
+            child.step(m, 10);
+        }
+    }
+    let early = sends(&child.drain_outputs());
+    assert!(
+        !early
+            .iter()
+            .any(|(_, m)| matches!(m, RingMessage::HeartbeatAck { grant: Some(_), .. })),
+        "no grant under the older map: {early:?}"
+    );
+
+    child.install_map(done.clone(), 11);
+    child.map_confirmed(done.epoch(), 11);
+    child.answer_deferred(11);
+    for (to, m) in sends(&child.drain_outputs()) {
+        if to == id("1") {
+            parent.step(m, 11);
+        }
+    }
+    assert!(
+        parent.can_serve(kept.start, 11),
+        "the parent holds the child's lease one message after the child's install, before \
+         its next retry (lease_retry_ms {})",
+        cfg.lease_retry_ms
+    );
+}
+
 /// At a division's flip the parent owes its new backup, the child, nothing: the child
 /// caught up with all of the parent's old range before the flip. The child still brings
 /// its own backup up to date.
