@@ -388,30 +388,28 @@ impl Ring {
                     && !map.migrations().contains(m)
             })
         });
+        // Divisions whose flip this map is: (parent, child).
+        let flipped = old
+            .as_ref()
+            .map_or_else(Vec::new, |o| flipped_divisions(o, &map));
         // A division's child flipped now received all of my old range before the flip (the
         // snapshot and every write since: it caught up, and stayed a replication target),
         // so as my new backup it holds my new range already. (Re-sending it cost the
         // parent, the busiest cell of the ring, a second stream of half its data right
         // after the flip.)
-        let children_done: Vec<CellId> = old
+        let children_done: Vec<CellId> = flipped
             .iter()
-            .flat_map(|o| o.migrations())
-            .filter_map(|m| match m {
-                Migration::Division { parent, child, .. }
-                    if *parent == self.me
-                        && !map.migrations().contains(m)
-                        && map
-                            .cell(child)
-                            .is_some_and(|c| c.state == CellState::Active) =>
-                {
-                    Some(child.clone())
-                }
-                _ => None,
-            })
+            .filter(|(parent, _)| *parent == self.me)
+            .map(|(_, child)| child.clone())
             .collect();
+        // Likewise, as the child just flipped, my backups that held all of my new range in
+        // the old map — my parent's backups — hold it already: they received every write
+        // made there until the flip (my parent's lease release, which my lease from them
+        // waits for, waits for those writes), and receive mine from the flip on.
+        let i_flipped = flipped.iter().any(|(_, child)| *child == self.me);
         if let (Some(range), Some(o)) = (me.range, old.as_ref()) {
             for b in &self.backups {
-                if children_done.contains(b) {
+                if children_done.contains(b) || (i_flipped && held_all(o, b, range)) {
                     continue;
                 }
                 let held = shifted && held_all(o, b, range);
@@ -435,8 +433,18 @@ impl Ring {
             let was_active = old
                 .cell(&self.me)
                 .is_some_and(|c| c.state == CellState::Active);
-            for (p, _) in map.backup_ranges(&self.me) {
-                if was_active && me.state == CellState::Active && !before.contains(&p.id) {
+            for (p, range) in map.backup_ranges(&self.me) {
+                // A division's child just flipped sends me nothing if I held its range (the
+                // rule above, on its side). A cell new to me since my last map is such a
+                // child too: cells enter the map only by division (I skipped its begin).
+                let child =
+                    flipped.iter().any(|(_, child)| *child == p.id) || old.cell(&p.id).is_none();
+                let child_held = child && held_all(old, &self.me, range);
+                if was_active
+                    && me.state == CellState::Active
+                    && !before.contains(&p.id)
+                    && !child_held
+                {
                     self.resync_in.insert(p.id.clone());
                 }
             }
@@ -755,7 +763,7 @@ mod departures;
 mod interface;
 mod leases;
 mod shift;
-use shift::held_all;
 pub use shift::incoming_shifts;
+use shift::{flipped_divisions, held_all};
 #[cfg(test)]
 mod tests;

@@ -288,3 +288,71 @@ fn a_joining_cell_whose_port_is_taken_leaves_no_member_behind() {
         Some("x")
     );
 }
+
+/// Which cell of a just-finished division [`a_flipped_division_keeps_two_copies`] kills.
+#[derive(Clone, Copy, Debug)]
+enum FlipVictim {
+    Parent,
+    Child,
+}
+
+/// After a division's flip no cell re-replicates a range to a backup that already holds it
+/// (the child caught up with all of the parent's range; the child's backup held the child's
+/// half as the parent's backup). So this checks they really do hold it: a ring of two
+/// divides cell 1, every key is written again after the flip, every key is on exactly two
+/// cells once the trims are done, and after `kill -9` of `victim` every key reads back with
+/// its newest value through both survivors.
+fn a_flipped_division_keeps_two_copies(victim: FlipVictim) {
+    use std::time::Duration;
+    if common::is_memcached() {
+        return;
+    }
+    let mut ring = Ring::start(2, &["-m", "32"]);
+    let standby = ring.add_standby(&["-m", "32"]);
+    set_keys(&mut ring.cells[0].connect());
+    let parent = ring.id(1);
+    let reply = ring.invite(standby, 0, &parent);
+    assert!(reply.starts_with("OK "), "{reply}");
+    ring.wait_formed(3);
+    let mut c = ring.cells[0].connect();
+    for i in 0..KEYS {
+        let v = value(i, 1);
+        c.roundtrip(
+            format!("set key{i} 0 0 {}\r\n{v}\r\n", v.len()).as_bytes(),
+            b"STORED\r\n",
+        );
+    }
+    common::wait_until(
+        "every key on exactly two cells",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || (0..3).map(|i| ring.ranges(i).1).sum::<u64>() == 2 * KEYS as u64,
+    );
+    let dead = match victim {
+        FlipVictim::Parent => 1,
+        FlipVictim::Child => standby,
+    };
+    ring.cells[dead].kill9();
+    let survivors: Vec<usize> = (0..3).filter(|&i| i != dead).collect();
+    ring.wait_formed_among(2, &survivors);
+    for i in survivors {
+        let mut c = ring.cells[i].connect();
+        for k in 0..KEYS {
+            assert_eq!(
+                get(&mut c, &format!("key{k}")),
+                Some(value(k, 1)),
+                "key{k} via cell {i} after {victim:?} died"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_parent_killed_after_a_flip_loses_no_key() {
+    a_flipped_division_keeps_two_copies(FlipVictim::Parent);
+}
+
+#[test]
+fn the_child_killed_after_a_flip_loses_no_key() {
+    a_flipped_division_keeps_two_copies(FlipVictim::Child);
+}

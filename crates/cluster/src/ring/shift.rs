@@ -1,5 +1,6 @@
-//! Where a shift's part is while it moves: the targets that receive it before the flip, and
-//! whether a cell already held all of a range (so it needs no re-replication after).
+//! Where a moving part is: a shift's targets that receive it before the flip, the divisions
+//! a map flips, and whether a cell already held all of a range (so it needs no
+//! re-replication after).
 
 use super::*;
 
@@ -34,4 +35,23 @@ pub(super) fn held_all(map: &ClusterMap, cell: &CellId, range: HashRange) -> boo
         missing = missing.iter().flat_map(|m| m.minus(h)).collect();
     }
     missing.is_empty()
+}
+
+/// The divisions `new` completes that `old` had in flight, as (parent, child): the child is
+/// Active in `new` and the migration is gone.
+pub(super) fn flipped_divisions(old: &ClusterMap, new: &ClusterMap) -> Vec<(CellId, CellId)> {
+    old.migrations()
+        .iter()
+        .filter_map(|m| match m {
+            Migration::Division { parent, child, .. }
+                if !new.migrations().contains(m)
+                    && new
+                        .cell(child)
+                        .is_some_and(|c| c.state == CellState::Active) =>
+            {
+                Some((parent.clone(), child.clone()))
+            }
+            _ => None,
+        })
+        .collect()
 }

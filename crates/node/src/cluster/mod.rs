@@ -730,6 +730,11 @@ impl Cluster {
                     let cl = self.clone();
                     self.handle.spawn(async move {
                         if group::confirm(&cl, epoch).await {
+                            tracing::trace!(
+                                epoch,
+                                waited_ms = cl.now_ms().saturating_sub(sent_at_ms),
+                                "map confirmed"
+                            );
                             let outputs = {
                                 let mut ring = cl.lock_ring();
                                 ring.map_confirmed(epoch, sent_at_ms);

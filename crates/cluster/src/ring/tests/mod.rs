@@ -328,21 +328,13 @@ fn a_heartbeat_under_a_newer_map_is_granted_once_that_map_is_installed() {
     );
 }
 
-/// At a division's flip the parent owes its new backup, the child, nothing: the child
-/// caught up with all of the parent's old range before the flip. The child still brings
-/// its own backup up to date.
+/// At a division's flip no cell owes another a re-replication: the child caught up with all
+/// of the parent's old range before the flip (so, as the parent's new backup, it holds the
+/// parent's new range), and the child's backups held its half as the parent's backups. A
+/// ring of one (the parent is the child's backup) and of two (the parent's old backup is).
 #[test]
-fn a_parent_does_not_resend_its_range_to_the_child_it_just_flipped() {
+fn a_division_flip_owes_no_re_replication() {
     let cfg = RingConfig::default();
-    let dividing = one_divides(&ClusterMap::bootstrap(id("1"), addr(0), 2).unwrap());
-    let flipped = apply(
-        &dividing,
-        &Proposal {
-            based_on_epoch: dividing.epoch(),
-            change: Change::CompleteDivision { child: id("2") },
-        },
-    )
-    .unwrap();
     let resyncs = |ring: &mut Ring| -> Vec<CellId> {
         ring.drain_outputs()
             .into_iter()
@@ -352,14 +344,97 @@ fn a_parent_does_not_resend_its_range_to_the_child_it_just_flipped() {
             })
             .collect()
     };
+    let divide = |m: &ClusterMap, parent: &str| -> (ClusterMap, ClusterMap, CellId) {
+        let dividing = apply(
+            m,
+            &Proposal {
+                based_on_epoch: m.epoch(),
+                change: Change::BeginDivision {
+                    parent: id(parent),
+                    child_address: addr(9),
+                },
+            },
+        )
+        .unwrap();
+        let child = dividing
+            .cells
+            .iter()
+            .find(|c| c.state == CellState::Joining)
+            .map(|c| c.id.clone())
+            .unwrap();
+        let flipped = apply(
+            &dividing,
+            &Proposal {
+                based_on_epoch: dividing.epoch(),
+                change: Change::CompleteDivision {
+                    child: child.clone(),
+                },
+            },
+        )
+        .unwrap();
+        (dividing, flipped, child)
+    };
+
+    let (dividing, flipped, child) =
+        divide(&ClusterMap::bootstrap(id("1"), addr(0), 2).unwrap(), "1");
     let mut parent = Ring::new(id("1"), dividing.clone(), cfg, 0);
-    let mut child = Ring::new(id("2"), dividing, cfg, 0);
+    let mut c = Ring::new(child.clone(), dividing, cfg, 0);
     parent.drain_outputs();
-    child.drain_outputs();
+    c.drain_outputs();
     parent.install_map(flipped.clone(), 10);
-    child.install_map(flipped, 10);
+    c.install_map(flipped, 10);
     assert_eq!(resyncs(&mut parent), Vec::<CellId>::new());
-    assert_eq!(resyncs(&mut child), vec![id("1")]);
+    assert_eq!(resyncs(&mut c), Vec::<CellId>::new());
+    assert!(parent.resync_in.is_empty() && c.resync_in.is_empty());
+
+    let (dividing, flipped, child) = divide(&two_cells(), "2");
+    let mut rings: Vec<Ring> = [id("1"), id("2"), child]
+        .into_iter()
+        .map(|me| Ring::new(me, dividing.clone(), cfg, 0))
+        .collect();
+    for r in &mut rings {
+        r.drain_outputs();
+        r.install_map(flipped.clone(), 10);
+        assert_eq!(resyncs(r), Vec::<CellId>::new(), "cell {}", r.id());
+        assert!(r.resync_in.is_empty(), "cell {} waits for a resync", r.id());
+    }
+
+    // The parent's old backup that never installed the division's begin does not wait for
+    // the child's resync either.
+    let mut one = Ring::new(id("1"), two_cells(), cfg, 0);
+    one.drain_outputs();
+    one.install_map(flipped.clone(), 10);
+    assert!(one.resync_in.is_empty(), "cell 1 waits for a resync");
+
+    // A backup that did not hold the range before still gets it: cell 1 leaves a ring of
+    // three, and its successor's new backup is re-sent the grown range.
+    let three = divide(&two_cells(), "2").1;
+    let leaving = apply(
+        &three,
+        &Proposal {
+            based_on_epoch: three.epoch(),
+            change: Change::BeginAbsorption {
+                departed: id("2"),
+                reason: AbsorptionReason::Leaving,
+            },
+        },
+    )
+    .unwrap();
+    let successor = leaving
+        .migrations()
+        .iter()
+        .find_map(|m| match m {
+            Migration::Absorption { successor, .. } => Some(successor.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let mut s = Ring::new(successor.clone(), three, cfg, 0);
+    s.drain_outputs();
+    s.install_map(leaving, 10);
+    assert!(
+        !resyncs(&mut s).is_empty(),
+        "the successor of a leaving cell re-replicates its grown range"
+    );
 }
 
 #[test]
