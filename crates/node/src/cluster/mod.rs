@@ -173,6 +173,10 @@ pub struct Cluster {
     trim: Arc<trim::Trim>,
     /// When the installed map was installed ([`Cluster::now_ms`]).
     map_installed_ms: AtomicU64,
+    /// How long this cell waited to serve its range after a map change (see [`serving`]):
+    /// noted on every tick and after every ring message, so the logged wait ends within a
+    /// message of the moment it did, not at the next tick.
+    waited: Mutex<serving::WaitLog>,
     /// Writes are acknowledged after their backups applied them (`cluster.replication =
     /// "sync"`) or at once: starts as configured, switched live ([`Cluster::set_replication`]).
     replication_sync: AtomicBool,
@@ -390,6 +394,7 @@ impl Cluster {
             order: order::Order::default(),
             trim: Arc::default(),
             map_installed_ms: AtomicU64::new(0),
+            waited: Mutex::default(),
             clock,
         });
         cluster.learn_ids(&map);
@@ -476,7 +481,6 @@ impl Cluster {
     /// The ring driver: ticks, installs maps the consensus group committed, expires waits.
     async fn drive(self: Arc<Self>) {
         let mut every = tokio::time::interval(Duration::from_millis(10));
-        let mut waited = serving::WaitLog::default();
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         // A map the group applied is installed at once: every cell of a flip waiting for
         // its next tick added up to a tick to what the moved range's clients wait.
@@ -513,12 +517,7 @@ impl Cluster {
                 (ring.drain_outputs(), ring.serve_wait(now))
             };
             self.process(outputs);
-            waited.note(
-                self.epoch(),
-                self.map_installed_ms.load(Ordering::Acquire),
-                wait,
-                now,
-            );
+            self.note_wait(wait, now);
             self.flush_when_due();
             self.repl.check_waiters();
             for t in self.repl.targets() {
@@ -568,12 +567,23 @@ impl Cluster {
     /// Handles a ring message from a peer.
     pub fn step(self: &Arc<Self>, m: RingMessage) {
         let now = self.now_ms();
-        let outputs = {
+        let (outputs, wait) = {
             let mut ring = self.lock_ring();
             ring.step(m, now);
-            ring.drain_outputs()
+            (ring.drain_outputs(), ring.serve_wait(now))
         };
         self.process(outputs);
+        self.note_wait(wait, now);
+    }
+
+    /// Notes what this cell waits for to serve its range (logged when a wait ends).
+    fn note_wait(&self, wait: Option<cellcache_cluster::ServeWait>, now: u64) {
+        self.waited.lock().note(
+            self.epoch(),
+            self.map_installed_ms.load(Ordering::Acquire),
+            wait,
+            now,
+        );
     }
 
     /// Installs a committed map if it is newer than ours: the one place a map is installed.

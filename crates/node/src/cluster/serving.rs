@@ -1,6 +1,8 @@
 //! How long this cell, as a master, waited to serve its range after a map change, and for
 //! what ([`Ring::serve_wait`]): one log line per wait, when it ends. After a division's or
-//! a shift's flip, clients of the moved range wait exactly this long.
+//! a shift's flip, clients of the moved range wait this long: the wait is noted on every
+//! tick (10 ms) and after every ring message, so its end (a grant arriving) is seen when it
+//! comes. (Until that, waits were seen on ticks only and logged up to 10 ms long.)
 //!
 //! [`Ring::serve_wait`]: cellcache_cluster::Ring::serve_wait
 
@@ -11,13 +13,14 @@ use cellcache_cluster::ServeWait;
 pub(super) struct WaitLog {
     /// The epoch waited under, since when (ms), and what was waited for last.
     current: Option<(u64, u64, ServeWait)>,
-    /// The previous tick (ms).
-    last_tick_ms: u64,
+    /// The previous observation (ms): a tick or a ring message.
+    last_seen_ms: u64,
 }
 
 impl WaitLog {
-    /// Called on every tick with the installed map's epoch, when it was installed and what
-    /// the ring says this cell waits for (`None`: it masters nothing).
+    /// Called on every tick and after every ring message with the installed map's epoch,
+    /// when it was installed and what the ring says this cell waits for (`None`: it masters
+    /// nothing).
     pub(super) fn note(
         &mut self,
         epoch: u64,
@@ -26,13 +29,13 @@ impl WaitLog {
         now_ms: u64,
     ) {
         // A wait that starts with a new map started when the map was installed; one that
-        // starts otherwise (a lease not renewed in time), at the earliest at the last tick.
-        let began = if installed_ms >= self.last_tick_ms {
+        // starts otherwise (a lease not renewed in time), at the earliest at the last observation.
+        let began = if installed_ms >= self.last_seen_ms {
             installed_ms
         } else {
-            self.last_tick_ms
+            self.last_seen_ms
         };
-        self.last_tick_ms = now_ms;
+        self.last_seen_ms = now_ms;
         match wait {
             Some(w) if !w.serving() => match &mut self.current {
                 Some((e, _, last)) if *e == epoch => *last = w,
