@@ -3,22 +3,16 @@
 
 use super::*;
 
-/// A ring of two divides cell 2: its child takes the upper half of cell 2's range, whose
-/// backup stays cell 1, and cell 1 may grant the child no lease there while its grant to
-/// cell 2 (the range's master until the flip) runs. The child's heartbeat refused for that
-/// grant is answered the moment cell 2 releases it, not at the child's next retry: clients
-/// of the moved half wait one message less.
-#[test]
-fn a_heartbeat_refused_for_the_givers_grant_is_answered_at_its_release() {
-    let cfg = RingConfig::default();
-    let two = two_cells();
+/// `m` with `parent` divided: the map of the division's begin, that of its flip, and the
+/// child's id.
+fn divide(m: &ClusterMap, parent: &str) -> (ClusterMap, ClusterMap, CellId) {
     let dividing = apply(
-        &two,
+        m,
         &Proposal {
-            based_on_epoch: two.epoch(),
+            based_on_epoch: m.epoch(),
             change: Change::BeginDivision {
-                parent: id("2"),
-                child_address: addr(2),
+                parent: id(parent),
+                child_address: addr(9),
             },
         },
     )
@@ -29,7 +23,7 @@ fn a_heartbeat_refused_for_the_givers_grant_is_answered_at_its_release() {
         .find(|c| c.state == CellState::Joining)
         .map(|c| c.id.clone())
         .unwrap();
-    let done = apply(
+    let flipped = apply(
         &dividing,
         &Proposal {
             based_on_epoch: dividing.epoch(),
@@ -39,6 +33,18 @@ fn a_heartbeat_refused_for_the_givers_grant_is_answered_at_its_release() {
         },
     )
     .unwrap();
+    (dividing, flipped, child)
+}
+
+/// A ring of two divides cell 2: its child takes the upper half of cell 2's range, whose
+/// backup stays cell 1, and cell 1 may grant the child no lease there while its grant to
+/// cell 2 (the range's master until the flip) runs. The child's heartbeat refused for that
+/// grant is answered the moment cell 2 releases it, not at the child's next retry: clients
+/// of the moved half wait one message less.
+#[test]
+fn a_heartbeat_refused_for_the_givers_grant_is_answered_at_its_release() {
+    let cfg = RingConfig::default();
+    let (dividing, done, child) = divide(&two_cells(), "2");
     let moved = done.cell(&child).unwrap().range.unwrap();
     assert_eq!(
         done.backup_ranges(&id("1")).len(),
@@ -159,36 +165,6 @@ fn a_division_flip_owes_no_re_replication() {
                 _ => None,
             })
             .collect()
-    };
-    let divide = |m: &ClusterMap, parent: &str| -> (ClusterMap, ClusterMap, CellId) {
-        let dividing = apply(
-            m,
-            &Proposal {
-                based_on_epoch: m.epoch(),
-                change: Change::BeginDivision {
-                    parent: id(parent),
-                    child_address: addr(9),
-                },
-            },
-        )
-        .unwrap();
-        let child = dividing
-            .cells
-            .iter()
-            .find(|c| c.state == CellState::Joining)
-            .map(|c| c.id.clone())
-            .unwrap();
-        let flipped = apply(
-            &dividing,
-            &Proposal {
-                based_on_epoch: dividing.epoch(),
-                change: Change::CompleteDivision {
-                    child: child.clone(),
-                },
-            },
-        )
-        .unwrap();
-        (dividing, flipped, child)
     };
 
     let (dividing, flipped, child) =
