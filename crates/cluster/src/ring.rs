@@ -95,7 +95,8 @@ pub struct Ring {
     accept_from_ms: BTreeMap<CellId, u64>,
     /// Heartbeats of masters this cell backs up that came while its map was unconfirmed or
     /// older than theirs, while a range of theirs was still in `tails`, or while another
-    /// cell held a grant overlapping their range (sender → the latest one's `sent_at_ms`): answered with a grant as soon as that ends ([`Ring::answer_deferred`])
+    /// cell held a grant overlapping their range (sender → the latest one's `sent_at_ms`):
+    /// answered with a grant as soon as that ends ([`Ring::answer_deferred`])
     /// instead of at the master's next retry. At most one per predecessor.
     deferred: BTreeMap<CellId, u64>,
     /// My backups under the installed map (cached: `can_serve` is on the request path).

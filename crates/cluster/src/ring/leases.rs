@@ -37,8 +37,7 @@ impl Ring {
                 // answered once I install that map, if its sender is my predecessor there.
                 let newer = epoch > self.map.epoch();
                 if grant.is_none() && (newer || self.may_grant_once_confirmed(&from, now_ms)) {
-                    let at = self.deferred.entry(from.clone()).or_insert(sent_at_ms);
-                    *at = (*at).max(sent_at_ms);
+                    self.defer(&from, sent_at_ms);
                 }
                 let message = RingMessage::HeartbeatAck {
                     from: self.me.clone(),
@@ -193,6 +192,13 @@ impl Ring {
         }
     }
 
+    /// Remembers `to`'s heartbeat sent at `sent_at_ms` for [`Ring::answer_deferred`] (the
+    /// latest one per master).
+    fn defer(&mut self, to: &CellId, sent_at_ms: u64) {
+        let at = self.deferred.entry(to.clone()).or_insert(sent_at_ms);
+        *at = (*at).max(sent_at_ms);
+    }
+
     fn note_epoch(&mut self, from: &CellId, epoch: u64) {
         if epoch > self.map.epoch() {
             self.outputs.push(Output::NeedMap { from: from.clone() });
@@ -220,8 +226,7 @@ impl Ring {
             .any(|t| now_ms < t.until_ms && t.range.overlaps(&range))
         {
             // Answered once the writes this cell made there are delivered.
-            let at = self.deferred.entry(to.clone()).or_insert(sent_at_ms);
-            *at = (*at).max(sent_at_ms);
+            self.defer(to, sent_at_ms);
             return None;
         }
         let conflict = self.grants.iter().any(|(other, gs)| {
@@ -233,8 +238,7 @@ impl Ring {
         if conflict {
             // Answered once the other cell releases it (a division's or shift's giver does
             // once its tail is delivered) or it expires, not at this master's next retry.
-            let at = self.deferred.entry(to.clone()).or_insert(sent_at_ms);
-            *at = (*at).max(sent_at_ms);
+            self.defer(to, sent_at_ms);
             return None;
         }
         let expires_ms = now_ms
